@@ -1,0 +1,268 @@
+"""The ``docnmt`` command: prepare, train, translate, evaluate, average, quickstart, presets.
+
+Flags follow fairseq's vocabulary (``--max-tokens``, ``--update-freq``, ``--lenpen``,
+``--max-len-a/b``, ``--patience``, ...). Errors in the user's input are printed as one line and
+exit with status 2; a traceback means a bug in docnmt.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import DocnmtError
+
+# flag -> (config key, type, help); shared by `train` (and the decode ones by `translate`)
+TRAIN_FLAGS = {
+    "--arch": (None, str, "named architecture/experiment preset (see `docnmt presets`)"),
+    "--mode": ("data.mode", str, "sent2sent | doc2sent | doc2doc | mr"),
+    "--context": ("data.context", int, "doc2sent: number of previous source sentences"),
+    "--max-instance-tokens": ("data.max_instance_tokens", int, "doc2doc/mr: instance budget (SPEC §2.3)"),
+    "--separator": ("data.separator", str, "index (<sepI>) | uniform (<sep>)"),
+    "--mix-sentences": ("data.mix_sentences", str, "true: add sentence pairs (doc+sent / ctx+sent)"),
+    "--max-tokens": ("train.max_tokens", int, "tokens per batch (padded, max of source/target)"),
+    "--update-freq": ("train.update_freq", int, "batches per optimizer update"),
+    "--lr": ("train.lr", float, "peak learning rate"),
+    "--warmup-updates": ("train.warmup_updates", int, "linear warm-up of the inverse-sqrt schedule"),
+    "--max-update": ("train.max_update", int, "stop after this many updates"),
+    "--max-epoch": ("train.max_epoch", int, "stop after this many epochs"),
+    "--max-minutes": ("train.max_minutes", float, "stop after this much training time"),
+    "--patience": ("train.patience", int, "stop after this many validations without improvement"),
+    "--dropout": ("model.dropout", float, "dropout"),
+    "--label-smoothing": ("train.label_smoothing", float, "label smoothing epsilon"),
+    "--clip-norm": ("train.clip_norm", float, "gradient clipping (0 = off)"),
+    "--seed": ("train.seed", int, "random seed"),
+    "--precision": ("train.precision", str, "auto | fp32 | bf16 | fp16 (autocast on CUDA)"),
+    "--validate-interval-updates": ("train.validate_interval_updates", int, "validate every N updates"),
+    "--save-interval-updates": ("train.save_interval_updates", int, "checkpoint every N updates"),
+    "--keep-last": ("train.keep_last", int, "checkpoints kept (for averaging)"),
+    "--best-metric": ("train.best_metric", str, "loss | nll_loss | bleu"),
+    "--tensorboard-logdir": ("train.tensorboard_dir", str, "also log to TensorBoard here"),
+    "--threads": ("train.threads", int, "CPU threads (0 = torch default)"),
+    "--log-interval": ("train.log_interval", int, "log every N updates"),
+}
+DECODE_FLAGS = {
+    "--beam": ("decode.beam", int, "beam size (1 = greedy)"),
+    "--lenpen": ("decode.lenpen", float, "length penalty: score / length**lenpen"),
+    "--max-len-a": ("decode.max_len_a", float, "max output length = a * source length + b"),
+    "--max-len-b": ("decode.max_len_b", int, "max output length = a * source length + b"),
+    "--min-len": ("decode.min_len", int, "minimum output length"),
+    "--nbest": ("decode.nbest", int, "hypotheses kept per input (JSONL output)"),
+    "--batch-tokens": ("decode.max_tokens", int, "source tokens per decoding batch"),
+    "--batch-size": ("decode.max_sentences", int, "instances per decoding batch"),
+}
+
+
+def add_flags(p: argparse.ArgumentParser, flags: dict) -> None:
+    for flag, (_, typ, help_) in flags.items():
+        p.add_argument(flag, type=typ, help=help_)
+
+
+def collect_overrides(args, flags: dict) -> dict:
+    out = {}
+    for flag, (key, _, _) in flags.items():
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if key and value is not None:
+            out[key] = value
+    for item in getattr(args, "set", None) or []:
+        if "=" not in item:
+            raise DocnmtError(f"--set expects section.key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k] = v
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="docnmt", description="Document-level neural machine translation.")
+    ap.add_argument("--version", action="version", version=_version())
+    sub = ap.add_subparsers(dest="verb", required=True)
+
+    p = sub.add_parser("prepare", help="read corpora, learn subwords, encode and store them")
+    p.add_argument("--source-lang", "-s", required=True)
+    p.add_argument("--target-lang", "-t", required=True)
+    p.add_argument("--trainpref", nargs="+", required=True, help="corpus prefixes (PREFIX.LANG files)")
+    p.add_argument("--validpref", nargs="+")
+    p.add_argument("--testpref", nargs="+")
+    p.add_argument("--destdir", required=True)
+    p.add_argument("--vocab-size", type=int, default=8000, help="joint SentencePiece pieces")
+    p.add_argument("--spm-model", help="reuse this SentencePiece model (file, or a data/model directory)")
+    p.add_argument("--format", default="auto", help="auto | marker | blankline | xml | jsonl | plain")
+    p.add_argument("--max-sentence-tokens", type=int, default=1022)
+    p.add_argument("--force", action="store_true", help="overwrite a non-empty --destdir")
+
+    p = sub.add_parser("train", help="train a model")
+    p.add_argument("data", help="directory written by `docnmt prepare`")
+    p.add_argument("--save-dir", required=True, help="model directory (resumed if it holds a run)")
+    p.add_argument("--config", "-c", help="YAML config or preset name")
+    add_flags(p, TRAIN_FLAGS)
+    add_flags(p, {k: v for k, v in DECODE_FLAGS.items() if k in ("--beam", "--lenpen")})
+    p.add_argument("--valid-bleu", action="store_true", help="also translate the validation set and report BLEU")
+    p.add_argument("--init-from", help="initialise the weights from this model directory or .safetensors")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="any config value")
+    p.add_argument("--force", action="store_true", help="start over in a non-empty --save-dir")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("translate", help="translate documents")
+    p.add_argument("model", help="model directory")
+    p.add_argument("--input", "-i", nargs="*", help="source file(s); stdin when omitted")
+    p.add_argument("--format", default="auto", help="input format: auto | marker | blankline | xml | jsonl | plain")
+    p.add_argument("--output", "-o", help="output file (stdout when omitted); never overwritten without --force")
+    p.add_argument("--output-format", default="marker", choices=["marker", "jsonl"])
+    p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
+    p.add_argument("--greedy", action="store_true", help="greedy search (beam 1)")
+    p.add_argument("--device", help="cpu | cuda")
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report")
+    add_flags(p, DECODE_FLAGS)
+
+    p = sub.add_parser("evaluate", help="s-BLEU, d-BLEU and chrF of a translation against references")
+    p.add_argument("--hyp", required=True, help="translation (marker format with <d> lines, or JSONL)")
+    p.add_argument("--ref", required=True, help="references in the same document structure")
+    p.add_argument("--compare", help="a second system's translation: paired bootstrap against --hyp")
+    p.add_argument("--bootstrap-samples", type=int, default=1000)
+    p.add_argument("--json", help="also write the results as JSON here")
+
+    p = sub.add_parser("average", help="average the last N checkpoints of a model directory")
+    p.add_argument("model", help="model directory")
+    p.add_argument("--last", type=int, default=5)
+    p.add_argument("--output", "-o", help="default MODEL/averaged.safetensors")
+    p.add_argument("--force", action="store_true")
+
+    p = sub.add_parser("quickstart", help="prepare, train and translate the bundled chat corpus")
+    p.add_argument("--workdir", default="docnmt-quickstart")
+    p.add_argument("--minutes", type=float, default=6.0, help="training time budget")
+    p.add_argument("--force", action="store_true")
+
+    sub.add_parser("presets", help="list the named presets")
+    return ap
+
+
+def _version() -> str:
+    from . import __version__
+    return f"docnmt {__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return VERBS[args.verb](args) or 0
+    except DocnmtError as e:
+        print(f"docnmt: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("docnmt: interrupted", file=sys.stderr)
+        return 130
+
+
+# --------------------------------------------------------------------------------------------
+# Verbs
+# --------------------------------------------------------------------------------------------
+
+def cmd_prepare(args) -> int:
+    from .prepare import prepare
+    prepare(args.destdir, args.source_lang, args.target_lang, args.trainpref, args.validpref, args.testpref,
+            args.vocab_size, args.spm_model, args.format, args.max_sentence_tokens, args.force,
+            log=lambda m: print(m, file=sys.stderr))
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .config import Config
+    from .train import Trainer
+    overrides = collect_overrides(args, {**TRAIN_FLAGS, **DECODE_FLAGS})
+    if args.valid_bleu:
+        overrides["train.valid_bleu"] = True
+    if args.config and args.arch:
+        raise DocnmtError("give either --config or --arch, not both")
+    cfg = Config.load(args.config or args.arch or "transformer_small").override(overrides)
+    trainer = Trainer(cfg, args.data, args.save_dir, force=args.force, init_from=args.init_from,
+                      progress_bar=not args.no_progress)
+    out = trainer.train()
+    print(f"model saved in {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_translate(args) -> int:
+    from .readers import read_documents, write_jsonl, write_marker
+    from .translate import Translator
+    translator = Translator.load(args.model, args.checkpoint, args.device)
+    overrides = collect_overrides(args, DECODE_FLAGS)
+    if args.greedy:
+        overrides["decode.beam"] = 1
+    cfg = translator.cfg.override(overrides) if overrides else translator.cfg
+    inputs = args.input or ["-"]
+    if args.output and Path(args.output).exists() and not args.force:
+        raise DocnmtError(f"{args.output} exists; pass --force to overwrite it")
+    docs = [d for path in inputs for d in read_documents(path, fmt=args.format)]
+    out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs))
+    target = args.output or sys.stdout
+    if args.output_format == "jsonl":
+        write_jsonl(out, target)
+    else:
+        write_marker(out, target, side="tgt", allow_empty=True)
+    if not args.quiet:
+        print(report.summary(), file=sys.stderr)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from .metrics import evaluate_documents, format_table, paired_bootstrap
+    hyp, ref = read_sentences(args.hyp, hypothesis=True), read_sentences(args.ref)
+    if len(hyp) != len(ref):
+        raise DocnmtError(f"{args.hyp} has {len(hyp)} documents, {args.ref} has {len(ref)}")
+    result = evaluate_documents(hyp, ref)
+    print(format_table(result))
+    if args.compare:
+        other = read_sentences(args.compare, hypothesis=True)
+        result["bootstrap"] = {lvl: paired_bootstrap(hyp, other, ref, level=lvl, n_samples=args.bootstrap_samples)
+                               for lvl in ("s", "d") if lvl == "d" or result["s_bleu"]}
+        for lvl, b in result["bootstrap"].items():
+            print(f"paired bootstrap ({lvl}-BLEU, {b['n_samples']} samples): {Path(args.hyp).name} {b['a']:.2f} vs "
+                  f"{Path(args.compare).name} {b['b']:.2f}, delta {b['delta']:+.2f}, p = {b['p_value']:.4f}, "
+                  f"95% CI [{b['ci95_b_minus_a'][0]:+.2f}, {b['ci95_b_minus_a'][1]:+.2f}]")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def read_sentences(path: str, hypothesis: bool = False) -> list[list[str]]:
+    """Documents as sentence lists: marker files, or JSONL written by `docnmt translate`."""
+    from .readers import read_documents
+    if path.endswith(".jsonl"):
+        docs = read_documents(path, fmt="jsonl")
+        return [d.tgt if d.tgt is not None else d.src for d in docs]
+    return [d.src for d in read_documents(path, fmt="marker", allow_empty=hypothesis)]
+
+
+def cmd_average(args) -> int:
+    from .checkpoint import average_checkpoints, list_checkpoints
+    ckpts = list_checkpoints(Path(args.model))[-args.last:]
+    if not ckpts:
+        raise DocnmtError(f"{args.model}: no checkpoints to average")
+    out = Path(args.output or Path(args.model) / "averaged.safetensors")
+    if out.exists() and not args.force:
+        raise DocnmtError(f"{out} exists; pass --force to overwrite it")
+    average_checkpoints(ckpts, out)
+    print(f"averaged {len(ckpts)} checkpoints ({', '.join(c.name for c in ckpts)}) into {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_quickstart(args) -> int:
+    from .quickstart import run
+    return run(Path(args.workdir), args.minutes, args.force)
+
+
+def cmd_presets(args) -> int:
+    from .config import PRESET_DIR, preset_names
+    for name in preset_names():
+        first = (PRESET_DIR / f"{name}.yaml").read_text().splitlines()[0].lstrip("# ")
+        print(f"{name:20s} {first}")
+    return 0
+
+
+VERBS = {"prepare": cmd_prepare, "train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate,
+         "average": cmd_average, "quickstart": cmd_quickstart, "presets": cmd_presets}
+
+if __name__ == "__main__":
+    sys.exit(main())

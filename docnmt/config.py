@@ -1,0 +1,171 @@
+"""Experiment configuration: one YAML per experiment, named presets, strict keys.
+
+A config has four sections -- ``model`` (:class:`docnmt.model.ModelConfig`), ``data``
+(:class:`docnmt.data.ModeConfig`), ``train`` (:class:`TrainConfig`) and ``decode``
+(:class:`docnmt.search.SearchConfig` plus batching) -- and may start from a named preset
+(``preset: transformer_small``) whose values it overrides. Presets live in
+``docnmt/presets/*.yaml`` and may themselves name a parent preset. Unknown keys are errors,
+with a suggestion when a known key is close.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .data import ModeConfig
+from .errors import ConfigError
+from .model import ModelConfig
+from .search import SearchConfig
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+@dataclass
+class TrainConfig:
+    max_tokens: int = 4096
+    update_freq: int = 1
+    lr: float = 5e-4
+    warmup_updates: int = 4000
+    adam_betas: tuple = (0.9, 0.98)
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0
+    max_update: int = 0          # 0 = no limit
+    max_epoch: int = 0           # 0 = no limit
+    max_minutes: float = 0.0     # stop (and save) after this much training time; 0 = no limit
+    patience: int = 10           # validations without improvement before stopping; <= 0 = off
+    best_metric: str = "loss"    # loss | nll_loss | bleu
+    validate_interval_updates: int = 0   # 0 = validate at the end of every epoch only
+    save_interval_updates: int = 0       # 0 = save at the end of every epoch only
+    keep_last: int = 5                   # checkpoints kept for averaging
+    valid_bleu: bool = False
+    log_interval: int = 50
+    seed: int = 1
+    precision: str = "auto"      # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
+    tensorboard_dir: str = ""
+    threads: int = 0             # torch intra-op threads on CPU; 0 = torch's default
+
+
+@dataclass
+class DecodeConfig(SearchConfig):
+    max_tokens: int = 8000       # source tokens per decoding batch
+    max_sentences: int = 64      # instances per decoding batch
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: ModeConfig = field(default_factory=ModeConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    SECTIONS = {"model": ModelConfig, "data": ModeConfig, "train": TrainConfig, "decode": DecodeConfig}
+
+    def to_dict(self) -> dict:
+        out = {}
+        for name in self.SECTIONS:
+            d = dataclasses.asdict(getattr(self, name))
+            out[name] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+        return out
+
+    def dump(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    @classmethod
+    def from_dict(cls, raw: dict, origin: str = "config") -> "Config":
+        raw = dict(raw or {})
+        base = {}
+        if "preset" in raw:
+            base = load_preset_dict(raw.pop("preset"))
+        merged = merge(base, raw)
+        _check_keys(merged, cls.SECTIONS, origin)
+        sections = {}
+        for name, klass in cls.SECTIONS.items():
+            values = merged.get(name) or {}
+            _check_keys(values, {f.name: None for f in dataclasses.fields(klass)}, f"{origin}: {name}")
+            try:
+                sections[name] = klass(**{k: _coerce(klass, k, v) for k, v in values.items()})
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"{origin}: {name}: {e}") from None
+        return cls(**sections)
+
+    @classmethod
+    def load(cls, path_or_preset: str | Path) -> "Config":
+        path = Path(path_or_preset)
+        if not path.exists():
+            return cls.from_dict({"preset": str(path_or_preset)}, str(path_or_preset))
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if raw is not None and not isinstance(raw, dict):
+            raise ConfigError(f"{path}: a config must be a mapping of sections")
+        return cls.from_dict(raw, str(path))
+
+    def override(self, dotted: dict[str, Any]) -> "Config":
+        """A copy with ``{"train.lr": 1e-3, ...}`` applied (CLI flags and ``--set``)."""
+        d = self.to_dict()
+        for key, value in dotted.items():
+            section, _, name = key.partition(".")
+            d.setdefault(section, {})[name] = value
+        return Config.from_dict(d, "command line")
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset_dict(name: str, _seen: tuple = ()) -> dict:
+    path = PRESET_DIR / f"{name}.yaml"
+    if not path.exists():
+        hint = difflib.get_close_matches(name, preset_names(), n=1)
+        raise ConfigError(f"unknown preset or config file {name!r}" +
+                          (f"; did you mean {hint[0]!r}?" if hint else f"; presets: {', '.join(preset_names())}"))
+    if name in _seen:
+        raise ConfigError(f"preset cycle through {name!r}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    parent = raw.pop("preset", None)
+    return merge(load_preset_dict(parent, _seen + (name,)), raw) if parent else raw
+
+
+def merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _check_keys(values: dict, known, where: str) -> None:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(values).__name__}")
+    for key in values:
+        if key not in known:
+            hint = difflib.get_close_matches(str(key), list(known), n=1)
+            raise ConfigError(f"{where}: unknown key {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else
+                              f"; known keys: {', '.join(known)}"))
+
+
+def _coerce(klass, key: str, value):
+    """YAML and the command line give strings and lists; make them the field's type."""
+    default = next(f for f in dataclasses.fields(klass) if f.name == key).default
+    if isinstance(default, bool):
+        if isinstance(value, str):
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(f"{key} must be true or false, not {value!r}")
+            return value.lower() in ("true", "1", "yes")
+        return bool(value)
+    if isinstance(default, tuple):
+        return tuple(float(x) for x in (value.split(",") if isinstance(value, str) else value))
+    if isinstance(default, (int, float, str)) and not isinstance(value, type(default)):
+        try:
+            return type(default)(float(value)) if isinstance(default, int) and not isinstance(value, str) \
+                else type(default)(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{key} must be a {type(default).__name__}, not {value!r}") from None
+    return value

@@ -1,0 +1,352 @@
+"""Encoded corpora, instance building (SPEC §2) and token-based batching.
+
+A corpus is stored once, sentence by sentence: a flat int32 token array per side, sentence
+offsets into it, and document boundaries (``doc_offsets``) -- memory-mapped ``.npy`` files, so
+instances of any mode are cheap *views* over the same store and can be rebuilt every epoch.
+
+An instance is a row ``(start, end, tgt_start)`` of global sentence indices: the source covers
+sentences ``[start, end)``, the target ``[tgt_start, end)``. Sent2Sent is ``(i, i+1, i)``,
+Doc2Sent with context K is ``(i-K, i+1, i)``, Doc2Doc is ``(a, b, a)``. A :class:`Joiner` turns a
+row into token ids with the separator convention of the mode (SPEC §2.4).
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .document import Document
+from .errors import ConfigError, DataError
+from .vocab import Vocab
+
+
+# --------------------------------------------------------------------------------------------
+# The encoded corpus
+# --------------------------------------------------------------------------------------------
+
+class Side:
+    """One language side: all sentences' tokens concatenated, plus offsets."""
+
+    def __init__(self, tokens: np.ndarray, offsets: np.ndarray):
+        self.tokens, self.offsets = tokens, offsets
+        self.lengths = np.diff(offsets).astype(np.int64)
+
+    @classmethod
+    def from_lists(cls, sents: list[list[int]]) -> "Side":
+        lengths = np.fromiter((len(s) for s in sents), dtype=np.int64, count=len(sents))
+        offsets = np.zeros(len(sents) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = [t for s in sents for t in s]
+        return cls(np.asarray(flat, dtype=np.int32), offsets)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.tokens[self.offsets[i]: self.offsets[i + 1]]
+
+
+class Corpus:
+    """An encoded document-level corpus (see module docstring). ``tgt`` may be ``None``."""
+
+    def __init__(self, src: Side, tgt: Side | None, doc_offsets: np.ndarray, docids: list[str]):
+        self.src, self.tgt, self.doc_offsets, self.docids = src, tgt, doc_offsets, docids
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.docids)
+
+    @property
+    def n_sents(self) -> int:
+        return len(self.src.lengths)
+
+    def doc_range(self, d: int) -> range:
+        return range(int(self.doc_offsets[d]), int(self.doc_offsets[d + 1]))
+
+    @classmethod
+    def encode(cls, docs: list[Document], vocab: Vocab, max_sentence_tokens: int = 1024,
+               origin: str = "input") -> "Corpus":
+        """Encode documents with ``vocab``; a sentence over ``max_sentence_tokens`` is an error."""
+        sides = [[s for d in docs for s in d.src]]
+        if docs and docs[0].tgt is not None:
+            sides.append([s for d in docs for s in d.tgt])
+        encoded = [vocab.encode_batch(texts) for texts in sides]
+        for ids in encoded:
+            for k, sent in enumerate(ids):
+                if len(sent) > max_sentence_tokens:
+                    d, j = _locate(docs, k)
+                    raise DataError(f"document {docs[d].docid!r}, sentence {j + 1}: {len(sent)} subword tokens, "
+                                    f"more than the {max_sentence_tokens} a sentence may have", origin)
+        doc_offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum([len(d.src) for d in docs], out=doc_offsets[1:])
+        tgt = Side.from_lists(encoded[1]) if len(encoded) > 1 else None
+        return cls(Side.from_lists(encoded[0]), tgt, doc_offsets, [d.docid for d in docs])
+
+    # ---- persistence (memory-mapped) ---------------------------------------------------------
+    def save(self, directory: str | Path, split: str) -> None:
+        directory = Path(directory)
+        for name, side in (("src", self.src), ("tgt", self.tgt)):
+            if side is not None:
+                np.save(directory / f"{split}.{name}.tokens.npy", side.tokens)
+                np.save(directory / f"{split}.{name}.offsets.npy", side.offsets)
+        np.save(directory / f"{split}.docs.npy", self.doc_offsets)
+        (directory / f"{split}.docids.json").write_text(json.dumps(self.docids))
+
+    @classmethod
+    def load(cls, directory: str | Path, split: str) -> "Corpus":
+        directory = Path(directory)
+        if not (directory / f"{split}.docs.npy").exists():
+            raise DataError(f"no prepared '{split}' split here (run `docnmt prepare`)", directory)
+
+        def side(name):
+            if not (directory / f"{split}.{name}.tokens.npy").exists():
+                return None
+            return Side(np.load(directory / f"{split}.{name}.tokens.npy", mmap_mode="r"),
+                        np.load(directory / f"{split}.{name}.offsets.npy"))
+        docids = json.loads((directory / f"{split}.docids.json").read_text())
+        return cls(side("src"), side("tgt"), np.load(directory / f"{split}.docs.npy"), docids)
+
+
+def _locate(docs: list[Document], k: int) -> tuple[int, int]:
+    for d, doc in enumerate(docs):
+        if k < len(doc.src):
+            return d, k
+        k -= len(doc.src)
+    raise IndexError(k)
+
+
+# --------------------------------------------------------------------------------------------
+# Instance builders (SPEC §2.3, §2.4, §2.6)
+# --------------------------------------------------------------------------------------------
+
+def sentence_costs(corpus: Corpus, extra: int = 2) -> np.ndarray:
+    """c_k = max(|src_k|, |tgt_k|) + 2 (SPEC §2.3); source-only corpora use |src_k| + 2."""
+    lengths = corpus.src.lengths if corpus.tgt is None else np.maximum(corpus.src.lengths, corpus.tgt.lengths)
+    return lengths + extra
+
+
+def greedy_split(costs: np.ndarray, start: int, end: int, max_tokens: int, max_sents: int = 1000) -> list[tuple[int, int]]:
+    """G-Transformer's left-to-right split of sentences [start, end) (SPEC §2.3): append sentence
+    k iff C + c_k < max_tokens and n < max_sents, else start a new part; an over-long sentence
+    stands alone."""
+    parts, a, total = [], start, 0
+    for k in range(start, end):
+        if k > a and (total + costs[k] >= max_tokens or k - a >= max_sents):
+            parts.append((a, k))
+            a, total = k, 0
+        total += costs[k]
+    if end > a:
+        parts.append((a, end))
+    return parts
+
+
+def sent_instances(corpus: Corpus) -> np.ndarray:
+    i = np.arange(corpus.n_sents, dtype=np.int64)
+    return np.stack([i, i + 1, i], axis=1)
+
+
+def doc2sent_instances(corpus: Corpus, context: int) -> np.ndarray:
+    i = np.arange(corpus.n_sents, dtype=np.int64)
+    doc_start = np.repeat(corpus.doc_offsets[:-1], np.diff(corpus.doc_offsets))
+    return np.stack([np.maximum(doc_start, i - context), i + 1, i], axis=1)
+
+
+def doc2doc_instances(corpus: Corpus, max_tokens: int = 512, max_sents: int = 1000) -> np.ndarray:
+    costs = sentence_costs(corpus)
+    rows = [(a, b, a) for d in range(corpus.n_docs)
+            for a, b in greedy_split(costs, *_bounds(corpus, d), max_tokens, max_sents)]
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def mr_instances(corpus: Corpus, max_tokens: int = 512) -> np.ndarray:
+    """Multi-resolution Doc2Doc (SPEC §2.6, C23): for k = 1, 2, 4, ... split every document into
+    k parts of near-equal sentence counts (until parts are single sentences), re-split parts over
+    ``max_tokens`` with the §2.3 rule, and take the union of all parts."""
+    costs, rows = sentence_costs(corpus), set()
+    for d in range(corpus.n_docs):
+        start, end = _bounds(corpus, d)
+        n, k = end - start, 1
+        while True:
+            cuts = start + np.round(np.linspace(0, n, min(k, n) + 1)).astype(np.int64)
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                rows.update((p, q, p) for p, q in greedy_split(costs, int(a), int(b), max_tokens))
+            if k >= n:
+                break
+            k *= 2
+    return np.asarray(sorted(rows), dtype=np.int64).reshape(-1, 3)
+
+
+def _bounds(corpus: Corpus, d: int) -> tuple[int, int]:
+    return int(corpus.doc_offsets[d]), int(corpus.doc_offsets[d + 1])
+
+
+@dataclass
+class ModeConfig:
+    """How documents become instances (the ``data:`` mode settings of a config).
+
+    mode: sent2sent | doc2sent | doc2doc | mr. ``mix_sentences`` adds every sentence pair as
+    its own instance ("doc + sent" / "ctx + sent" training mixtures, SPEC §4.3).
+    """
+
+    mode: str = "sent2sent"
+    context: int = 3                 # doc2sent: previous source sentences
+    max_instance_tokens: int = 512   # doc2doc / mr: the §2.3 budget
+    max_instance_sents: int = 1000
+    separator: str = "index"         # index: <sepI> (PT) | uniform: <sep>
+    mix_sentences: bool = False
+
+    MODES = ("sent2sent", "doc2sent", "doc2doc", "mr")
+
+    def __post_init__(self):
+        if self.mode not in self.MODES:
+            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(self.MODES)}")
+        if self.separator not in ("index", "uniform"):
+            raise ConfigError(f"unknown separator {self.separator!r}; choose index or uniform")
+
+    @property
+    def is_document_level(self) -> bool:
+        return self.mode in ("doc2doc", "mr")
+
+
+def build_instances(corpus: Corpus, mode: ModeConfig, training: bool = True) -> np.ndarray:
+    """All instances of ``corpus`` in ``mode`` (training mixtures only when ``training``)."""
+    if mode.mode == "sent2sent":
+        rows = sent_instances(corpus)
+    elif mode.mode == "doc2sent":
+        rows = doc2sent_instances(corpus, mode.context)
+    elif mode.mode == "mr" and training:
+        rows = mr_instances(corpus, mode.max_instance_tokens)
+    else:  # doc2doc, and mr at validation / test time
+        rows = doc2doc_instances(corpus, mode.max_instance_tokens, mode.max_instance_sents)
+    if training and mode.mix_sentences and mode.mode != "sent2sent":
+        rows = np.concatenate([rows, sent_instances(corpus)])
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Joining sentences into token sequences, and splitting outputs back (SPEC §2.4, §8.1)
+# --------------------------------------------------------------------------------------------
+
+class Joiner:
+    """Separator convention: ``x1 <sep1> x2 <sep2> … xN`` (index) or ``<sep>`` (uniform).
+
+    The source gets ``</s>`` appended; the decoder input is ``<s> + target`` and the labels are
+    ``target + </s>`` (so ``<sos>``/``<eos>`` are the model's BOS/EOS, SPEC C5).
+    """
+
+    def __init__(self, vocab: Vocab, separator: str = "index"):
+        self.vocab, self.indexed = vocab, separator == "index"
+        self.sep_ids = set(vocab.symbol_ids[s] for s in vocab.extra if s.startswith("<sep"))
+
+    def sep(self, i: int) -> int:
+        return self.vocab.sep(i if self.indexed else None)
+
+    def join(self, sents: list[np.ndarray]) -> np.ndarray:
+        parts = []
+        for i, s in enumerate(sents):
+            if i:
+                parts.append(np.asarray([self.sep(i)], dtype=np.int32))
+            parts.append(np.asarray(s, dtype=np.int32))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+    def source(self, sents: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate([self.join(sents), np.asarray([self.vocab.eos], dtype=np.int32)])
+
+    def split(self, ids: list[int], n: int) -> tuple[list[list[int]], bool]:
+        """Split a generated target into ``n`` sentences with the recovery rules of SPEC §8.1:
+        text after ``<sepI>`` goes to sentence I+1, duplicates are concatenated, missing
+        sentences are empty, indices beyond ``n`` go to sentence ``n``. Returns the sentences and
+        whether the structure was exactly as expected."""
+        out: list[list[int]] = [[] for _ in range(n)]
+        cur, seen, ok = 0, [0], True
+        for t in ids:
+            if t in self.sep_ids:
+                nxt = self._sep_index(t, seen[-1]) if self.indexed else seen[-1] + 1
+                ok &= nxt == seen[-1] + 1
+                cur = min(nxt, n - 1)
+                seen.append(nxt)
+            elif t not in (self.vocab.eos, self.vocab.bos, self.vocab.pad):
+                out[cur].append(t)
+        ok &= seen[-1] == n - 1 and all(out)
+        return out, ok
+
+    def _sep_index(self, t: int, prev: int) -> int:
+        piece = self.vocab.piece(t)
+        return int(piece[4:-1]) if piece != "<sep>" else prev + 1
+
+
+# --------------------------------------------------------------------------------------------
+# Materialising instances, batching, collation
+# --------------------------------------------------------------------------------------------
+
+class InstanceSet:
+    """Instances of one corpus in one mode, with their token lengths, ready for batching."""
+
+    def __init__(self, corpus: Corpus, rows: np.ndarray, joiner: Joiner):
+        self.corpus, self.rows, self.joiner = corpus, rows, joiner
+        start, end, tstart = rows[:, 0], rows[:, 1], rows[:, 2]
+        csum = np.concatenate([[0], np.cumsum(corpus.src.lengths)])
+        self.src_lens = csum[end] - csum[start] + (end - start)  # separators and </s>
+        if corpus.tgt is not None:
+            tsum = np.concatenate([[0], np.cumsum(corpus.tgt.lengths)])
+            self.tgt_lens = tsum[end] - tsum[tstart] + (end - tstart)  # separators and <s> or </s>
+        else:
+            self.tgt_lens = np.zeros_like(self.src_lens)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def source(self, k: int) -> np.ndarray:
+        a, b, _ = self.rows[k]
+        return self.joiner.source([self.corpus.src[i] for i in range(a, b)])
+
+    def target(self, k: int) -> np.ndarray:
+        _, b, t = self.rows[k]
+        return self.joiner.join([self.corpus.tgt[i] for i in range(t, b)])
+
+    def collate(self, indices: list[int] | np.ndarray) -> dict:
+        vocab = self.joiner.vocab
+        batch = {"ids": torch.as_tensor(np.asarray(indices, dtype=np.int64)),
+                 "src": pad_batch([self.source(k) for k in indices], vocab.pad)}
+        if self.corpus.tgt is not None:
+            tgts = [self.target(k) for k in indices]
+            batch["tgt_in"] = pad_batch([np.concatenate([[vocab.bos], t]) for t in tgts], vocab.pad)
+            batch["labels"] = pad_batch([np.concatenate([t, [vocab.eos]]) for t in tgts], vocab.pad)
+            batch["ntokens"] = int(sum(len(t) + 1 for t in tgts))
+        return batch
+
+
+def pad_batch(seqs: list[np.ndarray], pad: int) -> torch.Tensor:
+    out = np.full((len(seqs), max(len(s) for s in seqs)), pad, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = s
+    return torch.from_numpy(out)
+
+
+def token_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int = 0,
+                  epoch: int = 0, shuffle: bool = True, max_sentences: int | None = None) -> list[np.ndarray]:
+    """Length-bucketed batches whose padded size ``n · max(max_src, max_tgt)`` stays within
+    ``max_tokens`` (fairseq's rule); instances longer than the budget form their own batch.
+    Deterministic for (seed, epoch): the order is what an interrupted run resumes into."""
+    rng = np.random.default_rng([seed, epoch])
+    size = np.maximum(src_lens, tgt_lens)
+    tie = rng.random(len(size)) if shuffle else np.arange(len(size))
+    order = np.lexsort((tie, src_lens, size))
+    batches, cur, cur_max = [], [], 0
+    oversize = 0
+    for k in order:
+        m = max(cur_max, int(size[k]))
+        if cur and (m * (len(cur) + 1) > max_tokens or (max_sentences and len(cur) >= max_sentences)):
+            batches.append(np.asarray(cur))
+            cur, m = [], int(size[k])
+        oversize += int(size[k]) > max_tokens
+        cur.append(k)
+        cur_max = m
+    if cur:
+        batches.append(np.asarray(cur))
+    if oversize:
+        warnings.warn(f"{oversize} instances are longer than --max-tokens {max_tokens}; each forms its own batch")
+    if shuffle:
+        rng.shuffle(batches)
+    return batches

@@ -1,0 +1,393 @@
+"""The one encoder-decoder Transformer every docnmt method is built on.
+
+Read top to bottom: attention (with its hooks), sublayers, layers, encoder, decoder, model.
+
+Methods differ from the baseline mainly in attention, so attention takes its variations as an
+:class:`AttnSpec` -- a small record of *what to change* for one attention call:
+
+* ``mask``: boolean, True = blocked, broadcastable to (B, heads, queries, keys)
+  (group masks built from sentence tags, SPEC §3.2);
+* ``is_causal``: the usual causal mask (decoder self-attention in training);
+* ``q_add`` / ``k_add``: tensors added to the *inputs* of the query / key projections only,
+  never the values (position-aware attention, SPEC §4.1);
+* ``bias``: an additive logit term, a tensor or a callable of the projected, per-head queries
+  (relative positions, SPEC §4.2);
+* ``scale``: a per-query multiplier of the logits (length-aware attention, SPEC §6.2).
+
+Which spec each attention call receives is decided by the model's :class:`AttentionPolicy`
+(a module, so it may own parameters such as a relative-position table). The default policy gives
+padding masks and causality only. Layers are lists of residual :class:`Sublayer` s, so a method
+can replace the attention inside a sublayer (combined local/global attention) or insert a new
+sublayer (gated context attention) without copying a layer.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class ModelConfig:
+    """Architecture hyper-parameters (the ``model:`` section of a config)."""
+
+    vocab_size: int = 0
+    pad_id: int = 0
+    d_model: int = 512
+    heads: int = 8
+    ffn_dim: int = 2048
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    pre_norm: bool = False
+    share_embeddings: bool = True
+    max_positions: int = 1024
+
+
+# --------------------------------------------------------------------------------------------
+# Attention
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class AttnSpec:
+    """What one attention call does beyond plain scaled dot-product attention (see module doc)."""
+
+    mask: Tensor | None = None
+    is_causal: bool = False
+    q_add: Tensor | None = None
+    k_add: Tensor | None = None
+    bias: Tensor | Callable[[Tensor], Tensor] | None = None
+    scale: Tensor | None = None
+
+
+def attention_reference(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float = 0.0) -> Tensor:
+    """Explicit softmax attention on (B, h, n, d_h) tensors; the reference SDPA is tested against."""
+    if spec.scale is not None:
+        q = q * spec.scale
+    logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+    if spec.bias is not None:
+        logits = logits + (spec.bias(q) if callable(spec.bias) else spec.bias)
+    blocked = _blocked(spec, q.size(-2), k.size(-2), q.device)
+    if blocked is not None:
+        logits = logits.masked_fill(blocked, torch.finfo(logits.dtype).min)
+    weights = torch.softmax(logits.float(), dim=-1).to(v.dtype)
+    weights = F.dropout(weights, dropout, training=dropout > 0)
+    return weights @ v
+
+
+def _blocked(spec: AttnSpec, n_q: int, n_k: int, device) -> Tensor | None:
+    """The boolean blocked-mask of a spec, causal part included (queries aligned to the last keys)."""
+    blocked = spec.mask
+    if spec.is_causal and n_q > 1:  # a single (newest) query sees every cached key
+        causal = torch.ones(n_q, n_k, dtype=torch.bool, device=device).triu(n_k - n_q + 1)
+        blocked = causal if blocked is None else blocked | causal
+    return blocked
+
+
+def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float = 0.0) -> Tensor:
+    """The same computation through ``torch.nn.functional.scaled_dot_product_attention``."""
+    if spec.scale is not None:
+        q = q * spec.scale
+    if spec.bias is None:
+        n_q, n_k = q.size(-2), k.size(-2)
+        if spec.mask is None and (not spec.is_causal or n_q == n_k or n_q == 1):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout,
+                                                  is_causal=spec.is_causal and n_q > 1)
+        allowed = ~_blocked(spec, q.size(-2), k.size(-2), q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout)
+    bias = (spec.bias(q) if callable(spec.bias) else spec.bias).to(q.dtype)
+    blocked = _blocked(spec, q.size(-2), k.size(-2), q.device)
+    if blocked is not None:
+        bias = bias.masked_fill(blocked, torch.finfo(q.dtype).min)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
+
+
+ATTENTION_IMPLS = {"sdpa": attention_sdpa, "reference": attention_reference}
+
+
+class MultiheadAttention(nn.Module):
+    """Multi-head attention with an optional key/value cache for incremental decoding.
+
+    ``cache`` is a dict shared by the whole decoder; this module stores its keys and values under
+    its own ``name``. With ``static_kv`` (cross-attention) they are computed once per sentence.
+    """
+
+    impl = "sdpa"  # class-wide switch: tests set "reference" to compare
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, name: str = ""):
+        super().__init__()
+        self.heads, self.d_head, self.dropout, self.name = heads, d_model // heads, dropout, name
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _split(self, x: Tensor) -> Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.heads, self.d_head).transpose(1, 2)
+
+    def project_kv(self, kv: Tensor, k_add: Tensor | None) -> tuple[Tensor, Tensor]:
+        k_in = kv if k_add is None else kv + k_add
+        return self._split(self.k_proj(k_in)), self._split(self.v_proj(kv))
+
+    def forward(self, x: Tensor, kv: Tensor, spec: AttnSpec, cache: dict | None = None,
+                static_kv: bool = False) -> Tensor:
+        q = self._split(self.q_proj(x if spec.q_add is None else x + spec.q_add))
+        if cache is not None and static_kv and self.name in cache:
+            k, v = cache[self.name]
+        else:
+            k, v = self.project_kv(kv, spec.k_add)
+            if cache is not None:
+                if not static_kv and self.name in cache:
+                    k0, v0 = cache[self.name]
+                    k, v = torch.cat([k0, k], 2), torch.cat([v0, v], 2)
+                cache[self.name] = (k, v)
+        out = ATTENTION_IMPLS[self.impl](q, k, v, spec, self.dropout if self.training else 0.0)
+        b, _, n, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+# --------------------------------------------------------------------------------------------
+# Sublayers and layers
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class State:
+    """What flows beside the hidden states through one encoder or decoder pass.
+
+    ``specs`` maps an attention kind ("enc_self", "dec_self", "cross", or a method's own kinds)
+    to its :class:`AttnSpec`; ``extra`` carries method-specific tensors (tags, context memory).
+    """
+
+    specs: dict[str, AttnSpec]
+    memory: Tensor | None = None
+    cache: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Sublayer(nn.Module):
+    """A residual sublayer: post-LN ``LN(x + drop(f(x)))`` or pre-LN ``x + drop(f(LN(x)))``.
+
+    Subclasses define ``transform(x, state) -> Tensor`` (the sublayer's function);
+    :meth:`combine` is the residual connection, which a method may replace (e.g. a context gate).
+    """
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def combine(self, x: Tensor, y: Tensor) -> Tensor:
+        return x + self.dropout(y)
+
+    def forward(self, x: Tensor, state: State) -> Tensor:
+        if self.pre_norm:
+            return self.combine(x, self.transform(self.norm(x), state))
+        return self.norm(self.combine(x, self.transform(x, state)))
+
+
+class AttentionSublayer(Sublayer):
+    """Self-attention (``kv=None``) or attention over ``state.memory`` (cross-attention).
+
+    ``kind`` names the spec this sublayer reads from ``state.specs``; ``attn`` is any module with
+    the :class:`MultiheadAttention` call signature, so it can be swapped (combined attention).
+    """
+
+    def __init__(self, cfg: ModelConfig, kind: str, name: str, cross: bool = False):
+        super().__init__(cfg.d_model, cfg.dropout, cfg.pre_norm)
+        self.kind, self.cross = kind, cross
+        self.attn = MultiheadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, name)
+
+    def transform(self, x: Tensor, state: State) -> Tensor:
+        kv = state.memory if self.cross else x
+        return self.attn(x, kv, state.specs[self.kind], state.cache, static_kv=self.cross)
+
+
+class FeedForwardSublayer(Sublayer):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg.d_model, cfg.dropout, cfg.pre_norm)
+        self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
+        self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
+        self.act_dropout = nn.Dropout(cfg.activation_dropout)
+
+    def transform(self, x: Tensor, state: State) -> Tensor:
+        return self.fc2(self.act_dropout(F.relu(self.fc1(x))))
+
+
+class Layer(nn.Module):
+    """An encoder or decoder layer: its sublayers applied in order."""
+
+    def __init__(self, sublayers: list[Sublayer]):
+        super().__init__()
+        self.sublayers = nn.ModuleList(sublayers)
+
+    def forward(self, x: Tensor, state: State) -> Tensor:
+        for sub in self.sublayers:
+            x = sub(x, state)
+        return x
+
+
+def encoder_layer(cfg: ModelConfig, i: int) -> Layer:
+    return Layer([AttentionSublayer(cfg, "enc_self", f"enc.{i}.self"), FeedForwardSublayer(cfg)])
+
+
+def decoder_layer(cfg: ModelConfig, i: int) -> Layer:
+    return Layer([AttentionSublayer(cfg, "dec_self", f"dec.{i}.self"),
+                  AttentionSublayer(cfg, "cross", f"dec.{i}.cross", cross=True),
+                  FeedForwardSublayer(cfg)])
+
+
+# --------------------------------------------------------------------------------------------
+# Positions and the attention policy
+# --------------------------------------------------------------------------------------------
+
+def sinusoidal_table(n: int, d: int, device=None) -> Tensor:
+    """P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(...) (SPEC §1), unscaled."""
+    pos = torch.arange(n, dtype=torch.float32, device=device)[:, None]
+    inv = torch.exp(torch.arange(0, d, 2, dtype=torch.float32, device=device) * (-math.log(10000.0) / d))
+    table = torch.zeros(n, d, device=device)
+    table[:, 0::2] = torch.sin(pos * inv)
+    table[:, 1::2] = torch.cos(pos * inv[: d // 2])
+    return table
+
+
+class AttentionPolicy(nn.Module):
+    """Builds the :class:`AttnSpec` of every attention kind from the token batches.
+
+    This is the main extension point: a method subclasses it to add group masks, position terms,
+    relative-position biases or logit scales. Positions are 0-based per sequence, pads ignored
+    (right padding; SPEC §1, C1). ``offset`` is the position of the first decoder query (> 0 in
+    incremental decoding).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def encoder_specs(self, src: Tensor, src_pad: Tensor) -> dict[str, AttnSpec]:
+        return {"enc_self": AttnSpec(mask=src_pad[:, None, None, :])}
+
+    def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int,
+                      incremental: bool) -> dict[str, AttnSpec]:
+        """Specs for decoder queries ``tgt[:, offset:]``; ``tgt`` is the whole prefix."""
+        # Right padding: causality alone keeps real queries off target pads, and pad queries
+        # (whose outputs are ignored) always see the first token, so no row is fully blocked.
+        return {"dec_self": AttnSpec(is_causal=True),
+                "cross": AttnSpec(mask=src_pad[:, None, None, :])}
+
+
+# --------------------------------------------------------------------------------------------
+# Encoder, decoder, model
+# --------------------------------------------------------------------------------------------
+
+class Embedding(nn.Module):
+    """sqrt(d)·E[x] + P[pos], then dropout (SPEC §1)."""
+
+    def __init__(self, table: nn.Embedding, cfg: ModelConfig):
+        super().__init__()
+        self.table, self.scale = table, math.sqrt(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.register_buffer("pe", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
+
+    def positions(self, n: int, offset: int = 0) -> Tensor:
+        if offset + n > self.pe.size(0):
+            self.pe = sinusoidal_table(2 * (offset + n), self.pe.size(1), self.pe.device)
+        return self.pe[offset: offset + n]
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        x = self.table(tokens) * self.scale + self.positions(tokens.size(1), offset).to(self.table.weight.dtype)
+        return self.dropout(x)
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: ModelConfig, embed: Embedding):
+        super().__init__()
+        self.embed = embed
+        self.layers = nn.ModuleList(encoder_layer(cfg, i) for i in range(cfg.encoder_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else None
+
+    def forward(self, x: Tensor, state: State) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, state)
+        return x if self.final_norm is None else self.final_norm(x)
+
+
+class Decoder(Encoder):
+    def __init__(self, cfg: ModelConfig, embed: Embedding):
+        super().__init__(cfg, embed)
+        self.layers = nn.ModuleList(decoder_layer(cfg, i) for i in range(cfg.decoder_layers))
+
+
+@dataclass
+class EncoderOut:
+    src: Tensor
+    pad: Tensor
+    memory: Tensor
+
+    def select(self, index: Tensor) -> "EncoderOut":
+        return EncoderOut(self.src.index_select(0, index), self.pad.index_select(0, index),
+                          self.memory.index_select(0, index))
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer; ``policy`` decides every attention call's spec."""
+
+    def __init__(self, cfg: ModelConfig, policy: AttentionPolicy | None = None):
+        super().__init__()
+        self.cfg = cfg
+        src_table = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        tgt_table = src_table if cfg.share_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model,
+                                                                       padding_idx=cfg.pad_id)
+        self.encoder = Encoder(cfg, Embedding(src_table, cfg))
+        self.decoder = Decoder(cfg, Embedding(tgt_table, cfg))
+        self.policy = policy or AttentionPolicy(cfg)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "embed" not in name:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith(".bias") and "norm" not in name:
+                nn.init.zeros_(p)
+        for table in {id(t): t for t in (self.encoder.embed.table, self.decoder.embed.table)}.values():
+            nn.init.normal_(table.weight, 0.0, self.cfg.d_model ** -0.5)
+            with torch.no_grad():
+                table.weight[self.cfg.pad_id].zero_()
+
+    def encode(self, src: Tensor) -> EncoderOut:
+        pad = src.eq(self.cfg.pad_id)
+        state = State(self.policy.encoder_specs(src, pad))
+        return EncoderOut(src, pad, self.encoder(self.encoder.embed(src), state))
+
+    def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: dict | None = None) -> Tensor:
+        """Decoder hidden states for ``tgt_in`` (the whole prefix). With a ``cache``
+        (incremental decoding) only the tokens not yet cached are fed, and only their states
+        are returned; the policy still sees the whole prefix (e.g. to recompute sentence tags)."""
+        offset = cache.get("_len", 0) if cache is not None else 0
+        specs = self.policy.decoder_specs(tgt_in, enc.src, enc.pad, offset, cache is not None)
+        state = State(specs, memory=enc.memory, cache=cache)
+        out = self.decoder(self.decoder.embed(tgt_in[:, offset:], offset), state)
+        if cache is not None:
+            cache["_len"] = tgt_in.size(1)
+        return out
+
+    def output_projection(self, hidden: Tensor) -> Tensor:
+        return F.linear(hidden, self.decoder.embed.table.weight)
+
+    def forward(self, src: Tensor, tgt_in: Tensor, select: Tensor | None = None) -> Tensor:
+        """Teacher-forced logits; with a boolean ``select`` (B, T) only at those positions."""
+        hidden = self.decode(tgt_in, self.encode(src))
+        return self.output_projection(hidden if select is None else hidden[select])
+
+    @staticmethod
+    def reorder_cache(cache: dict, index: Tensor) -> None:
+        for name, kv in cache.items():
+            if name != "_len":
+                cache[name] = (kv[0].index_select(0, index), kv[1].index_select(0, index))

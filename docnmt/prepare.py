@@ -1,0 +1,87 @@
+"""``docnmt prepare``: read corpora, learn (or reuse) a joint SentencePiece model, encode, store.
+
+Corpora are named fairseq-style by prefixes: ``--trainpref ../shared/data/ende/train/ted`` with
+``--source-lang en --target-lang de`` reads ``ted.en`` / ``ted.de`` (and ``ted.docids`` when it
+exists); ``PREFIX.en.xml`` / ``PREFIX.en.sgm`` pairs and a ``PREFIX.jsonl`` file work the same
+way. Several prefixes per split are concatenated. The output directory holds the vocabulary and
+one memory-mapped encoded corpus per split (see :mod:`docnmt.data`), plus ``prepare.json`` with
+the sentence, document and instance counts of every mode.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .data import Corpus, ModeConfig, build_instances
+from .document import Document
+from .errors import DataError, DocnmtError
+from .readers import read_documents
+from .vocab import Vocab, default_symbols
+
+
+def resolve_prefix(prefix: str, src_lang: str, tgt_lang: str, fmt: str = "auto") -> list[Document]:
+    """Read one corpus named by a prefix (see module docstring)."""
+    p = Path(prefix)
+    for src, tgt in ((f"{p}.{src_lang}", f"{p}.{tgt_lang}"),
+                     (f"{p}.{src_lang}.xml", f"{p}.{tgt_lang}.xml"),
+                     (f"{p}.{src_lang}.sgm", f"{p}.{tgt_lang}.sgm")):
+        if Path(src).exists():
+            if not Path(tgt).exists():
+                raise DataError(f"no target side {tgt} for this source", src)
+            docids = f"{p}.docids" if Path(f"{p}.docids").exists() else None
+            return read_documents(src, tgt, fmt=fmt, docids=docids)
+    if Path(f"{p}.jsonl").exists():
+        return read_documents(f"{p}.jsonl", fmt="jsonl")
+    raise DataError(f"no corpus found for prefix {prefix!r} (looked for {p}.{src_lang}/{tgt_lang}, "
+                    f".xml, .sgm and {p}.jsonl)")
+
+
+def read_split(prefixes: list[str], src_lang: str, tgt_lang: str, fmt: str = "auto") -> list[Document]:
+    docs: list[Document] = []
+    for pref in prefixes:
+        part = resolve_prefix(pref, src_lang, tgt_lang, fmt)
+        for d in part:
+            if d.tgt is None:
+                raise DataError("training and validation data need both sides", pref)
+            d.docid = f"{Path(pref).name}/{d.docid}" if len(prefixes) > 1 else d.docid
+        docs.extend(part)
+    return docs
+
+
+def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[str],
+            validpref: list[str] | None = None, testpref: list[str] | None = None,
+            vocab_size: int = 8000, spm_from: str | None = None, fmt: str = "auto",
+            max_sentence_tokens: int = 1022, force: bool = False, log=print) -> dict:
+    destdir = Path(destdir)
+    if destdir.exists() and any(destdir.iterdir()) and not force:
+        raise DocnmtError(f"{destdir} exists and is not empty; choose another --destdir or pass --force")
+    destdir.mkdir(parents=True, exist_ok=True)
+    splits = {"train": trainpref, "valid": validpref or [], "test": testpref or []}
+    docs = {name: read_split(prefs, src_lang, tgt_lang, fmt) for name, prefs in splits.items() if prefs}
+    if spm_from:
+        vocab = Vocab.load(spm_from) if Path(spm_from).is_dir() else Vocab(Path(spm_from).read_bytes(), default_symbols())
+        log(f"using the existing subword model {spm_from} ({len(vocab)} symbols)")
+    else:
+        texts = [s for d in docs["train"] for s in d.src + d.tgt]
+        log(f"learning a joint SentencePiece BPE model of {vocab_size} pieces on {len(texts)} sentences")
+        vocab = Vocab.train(texts, vocab_size)
+    vocab.save(destdir)
+    stats = {"source_lang": src_lang, "target_lang": tgt_lang, "vocab": len(vocab), "splits": {}}
+    for name, split_docs in docs.items():
+        corpus = Corpus.encode(split_docs, vocab, max_sentence_tokens, origin=",".join(splits[name]))
+        corpus.save(destdir, name)
+        stats["splits"][name] = split_stats(corpus)
+        s = stats["splits"][name]
+        log(f"{name}: {s['documents']} documents, {s['sentences']} sentences, "
+            f"{s['src_tokens']}/{s['tgt_tokens']} subword tokens; instances: " +
+            ", ".join(f"{k} {v}" for k, v in s["instances"].items()))
+    (destdir / "prepare.json").write_text(json.dumps(stats, indent=1))
+    return stats
+
+
+def split_stats(corpus: Corpus) -> dict:
+    modes = {"sent2sent": ModeConfig("sent2sent"), "doc2sent": ModeConfig("doc2sent"),
+             "doc2doc": ModeConfig("doc2doc"), "mr": ModeConfig("mr")}
+    return {"documents": corpus.n_docs, "sentences": corpus.n_sents,
+            "src_tokens": int(corpus.src.lengths.sum()), "tgt_tokens": int(corpus.tgt.lengths.sum()),
+            "instances": {k: len(build_instances(corpus, m)) for k, m in modes.items()}}

@@ -1,0 +1,140 @@
+"""Batched beam search (and greedy search, beam 1) with a key/value cache.
+
+One search for every method. Its extension points:
+
+* ``prefix``: target tokens forced at the start of each hypothesis (sliding decoding and
+  two-pass decoding force an already translated context);
+* ``processors``: callables ``f(step, tokens, lprobs, rows)`` that edit the log-probabilities of
+  the next token in place, ``tokens`` being each hypothesis' prefix (``<s>`` first) and ``rows``
+  the index of the input sentence each row belongs to (finite-state constraints such as
+  G-Transformer's sentence frame);
+* ``banned``: token ids never generated (pad, ``<s>``, ``<mask>``, …).
+
+Scores follow fairseq: sum of token log-probabilities divided by ``length ** lenpen`` with the
+length counting ``</s>``; a sentence is finished once ``beam`` hypotheses have ended, and it is
+then dropped from the batch so the remaining sentences run faster.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from .model import Transformer
+
+
+@dataclass
+class SearchConfig:
+    beam: int = 5
+    lenpen: float = 1.0
+    max_len_a: float = 1.2
+    max_len_b: int = 10
+    min_len: int = 1
+    nbest: int = 1
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]   # generated tokens after the forced prefix, without </s>
+    score: float        # length-normalised log-probability
+
+
+Processor = Callable[[int, Tensor, Tensor, Tensor], None]
+
+
+@torch.inference_mode()
+def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eos: int,
+                banned: Sequence[int] = (), prefix: list[list[int]] | None = None,
+                processors: Sequence[Processor] = ()) -> list[list[Hypothesis]]:
+    """Translate a padded source batch ``src`` (B, S); returns ``nbest`` hypotheses per row."""
+    B, K, device = src.size(0), cfg.beam, src.device
+    enc = model.encode(src)
+    src_len = (~enc.pad).sum(1)
+    pre_len = torch.tensor([len(p) for p in prefix] if prefix else [0] * B, device=device)
+    max_pos = model.cfg.max_positions - 1
+    max_len = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long() + pre_len
+    max_len = max_len.clamp(max=max_pos)
+    forced = _prefix_tensor(prefix, B, device)
+
+    rows = torch.arange(B, device=device).repeat_interleave(K)       # input sentence of each row
+    enc = enc.select(rows)
+    tokens = torch.full((B * K, 1), bos, dtype=torch.long, device=device)
+    scores = torch.full((B, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0                                                # all beams start identical
+    cache: dict = {}
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    alive = torch.arange(B, device=device)                            # sentences still searched
+    banned_t = torch.tensor(sorted(set(banned) - {eos}), dtype=torch.long, device=device)
+
+    for step in range(int(max_len.max()) + 1):
+        n = alive.numel()
+        hidden = model.decode(tokens, enc, cache)[:, -1]
+        lprobs = torch.log_softmax(model.output_projection(hidden).float(), dim=-1)
+        lprobs[:, banned_t] = float("-inf")
+        row_sent = alive.repeat_interleave(K)
+        for proc in processors:
+            proc(step, tokens, lprobs, row_sent)
+        lim = max_len[row_sent]
+        if step < cfg.min_len:
+            lprobs[(pre_len[row_sent] + cfg.min_len > step), eos] = float("-inf")
+        at_max = step >= lim
+        lprobs[at_max] = float("-inf")
+        lprobs[at_max, eos] = 0.0
+        if forced is not None:
+            _force_prefix(lprobs, forced[row_sent], step)
+        V = lprobs.size(1)
+        cand = (scores[:, :, None] + lprobs.view(n, K, V)).view(n, K * V)
+        top_scores, top_idx = cand.topk(2 * K, dim=1)
+        top_beam, top_tok = top_idx // V, top_idx % V
+        is_eos = (top_tok == eos) & torch.isfinite(top_scores)
+        # finalise hypotheses that end here (only among the K best candidates, as fairseq does)
+        is_eos[:, K:] = False
+        if is_eos.any():
+            length = step + 1
+            norm = top_scores / (length ** cfg.lenpen)
+            for i, j in is_eos.nonzero().tolist():
+                s = int(alive[i])
+                if len(finished[s]) < K:
+                    base = (i * K + int(top_beam[i, j]))
+                    hyp = tokens[base, 1 + int(pre_len[s]):].tolist()
+                    finished[s].append(Hypothesis(hyp, float(norm[i, j])))
+        # continue with the K best candidates that did not end
+        cont_scores = top_scores.masked_fill(top_tok == eos, float("-inf"))
+        cont_scores, pick = cont_scores.topk(K, dim=1)
+        done = torch.tensor([len(finished[int(s)]) >= K for s in alive], device=device)
+        done |= ~torch.isfinite(cont_scores).any(1)
+        src_rows = (torch.arange(n, device=device)[:, None] * K + top_beam.gather(1, pick))
+        new_tok = top_tok.gather(1, pick)
+        keep = (~done).nonzero().squeeze(1)
+        if keep.numel() == 0:
+            break
+        order = src_rows[keep].view(-1)
+        tokens = torch.cat([tokens.index_select(0, order), new_tok[keep].view(-1, 1)], dim=1)
+        scores = cont_scores[keep]
+        alive = alive[keep]
+        enc = enc.select(order)
+        model.reorder_cache(cache, order)
+    return [sorted(f, key=lambda h: -h.score)[: cfg.nbest] for f in finished]
+
+
+def _prefix_tensor(prefix: list[list[int]] | None, B: int, device) -> Tensor | None:
+    if not prefix or not any(prefix):
+        return None
+    width = max(len(p) for p in prefix)
+    out = torch.full((B, width), -1, dtype=torch.long, device=device)
+    for i, p in enumerate(prefix):
+        out[i, : len(p)] = torch.tensor(p, dtype=torch.long)
+    return out
+
+
+def _force_prefix(lprobs: Tensor, forced: Tensor, step: int) -> None:
+    """Rows whose prefix is not exhausted may only produce the prefix token (at no cost)."""
+    if step >= forced.size(1):
+        return
+    tok = forced[:, step]
+    rows = (tok >= 0).nonzero().squeeze(1)
+    if rows.numel():
+        lprobs[rows] = float("-inf")
+        lprobs[rows, tok[rows]] = 0.0

@@ -1,0 +1,429 @@
+"""The trainer: token batches, Adam + inverse-sqrt, label smoothing, validation, early stopping,
+exact resumption, bf16/fp16 autocast on CUDA and DDP through ``torchrun`` -- the same code on a
+laptop CPU and on GPUs.
+
+Exact resumption: the batches of epoch *e* are a function of (seed, e) only, checkpoints store the
+position inside the epoch, the optimizer and scheduler states and the torch RNG state, so a run
+killed after update *u* and resumed from its checkpoint at *u* continues with the same batches,
+dropout masks and losses as the run that was never interrupted (on CPU).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .checkpoint import (WEIGHTS, last_checkpoint, load_state, load_weights, save_checkpoint,
+                         save_weights)
+from .config import Config
+from .data import Corpus, InstanceSet, Joiner, build_instances, token_batches
+from .errors import DocnmtError
+from .translate import Translator, build_model
+from .vocab import Vocab
+
+log = logging.getLogger("docnmt.train")
+
+
+# --------------------------------------------------------------------------------------------
+# Pieces
+# --------------------------------------------------------------------------------------------
+
+def inverse_sqrt(peak: float, warmup: int):
+    """fairseq ``inverse_sqrt`` as a factor of the peak: u/W during warm-up, sqrt(W/u) after."""
+    warmup = max(1, warmup)
+    return lambda u: (max(u, 1) / warmup) if u < warmup else math.sqrt(warmup / max(u, 1))
+
+
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed cross-entropy and summed NLL over already-selected positions."""
+    lprobs = torch.log_softmax(logits.float(), dim=-1)
+    nll = -lprobs.gather(1, target[:, None]).squeeze(1)
+    smooth = -lprobs.mean(-1)
+    return ((1.0 - eps) * nll + eps * smooth).sum(), nll.sum()
+
+
+def forward_loss(model, batch: dict, eps: float) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Loss of one batch; the output projection only runs on real (non-pad) target positions."""
+    labels = batch["labels"]
+    select = labels.ne(model_cfg(model).pad_id)
+    logits = model(batch["src"], batch["tgt_in"], select)
+    loss, nll = label_smoothed_loss(logits, labels[select], eps)
+    return loss, nll, int(select.sum())
+
+
+def model_cfg(model):
+    return (model.module if hasattr(model, "module") else model).cfg
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint."""
+
+    epoch: int = 1
+    batch_in_epoch: int = 0      # batches of this epoch already consumed (micro-batches)
+    updates: int = 0
+    best: float | None = None
+    bad_validations: int = 0
+    history: list = field(default_factory=list)   # dicts of logged metrics
+
+    def to_dict(self) -> dict:
+        return dict(epoch=self.epoch, batch_in_epoch=self.batch_in_epoch, updates=self.updates,
+                    best=self.best, bad_validations=self.bad_validations, history=json.dumps(self.history))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Progress":
+        d = dict(d)
+        d["history"] = json.loads(d["history"])
+        return cls(**d)
+
+
+class Distributed:
+    """Rank and world size from ``torchrun``'s environment; a single process otherwise."""
+
+    def __init__(self):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def all_sum(self, values: list[float]) -> list[float]:
+        if self.world == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        if torch.cuda.is_available():
+            t = t.cuda()
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def barrier(self):
+        if self.world > 1:
+            dist.barrier()
+
+
+# --------------------------------------------------------------------------------------------
+# The trainer
+# --------------------------------------------------------------------------------------------
+
+class Trainer:
+    def __init__(self, cfg: Config, data_dir: str | Path, save_dir: str | Path, force: bool = False,
+                 init_from: str | Path | None = None, progress_bar: bool = True):
+        self.cfg, self.data_dir, self.save_dir = cfg, Path(data_dir), Path(save_dir)
+        self.dist = Distributed()
+        tc = cfg.train
+        if tc.threads > 0:
+            torch.set_num_threads(tc.threads)
+        self.device = torch.device(f"cuda:{self.dist.local_rank}" if torch.cuda.is_available() else "cpu")
+        self.progress_bar = progress_bar and self.dist.main
+        self.vocab = Vocab.load(self.data_dir)
+        self.joiner = Joiner(self.vocab, cfg.data.separator)
+        self.train_corpus = Corpus.load(self.data_dir, "train")
+        self.valid = None
+        if (self.data_dir / "valid.docs.npy").exists():
+            vc = Corpus.load(self.data_dir, "valid")
+            self.valid = InstanceSet(vc, build_instances(vc, cfg.data, training=False), self.joiner)
+        self.train_set = self.make_train_set(1)
+
+        torch.manual_seed(tc.seed)
+        self.model = build_model(cfg, self.vocab).to(self.device)
+        self.amp_dtype = self._amp_dtype(tc.precision)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=tc.lr, betas=tuple(tc.adam_betas),
+                                          eps=tc.adam_eps, weight_decay=tc.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt(tc.lr, tc.warmup_updates))
+        self.progress = Progress()
+        self._saved_at = -1
+        self._prepare_save_dir(force, init_from)
+        self.ddp = self.model
+        if self.dist.world > 1:
+            self.ddp = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.tb = self._tensorboard()
+
+    # ---- set-up ------------------------------------------------------------------------------
+    def make_train_set(self, epoch: int) -> InstanceSet:
+        """The training instances of an epoch (a hook: dynamic segmentation rebuilds them)."""
+        return InstanceSet(self.train_corpus, build_instances(self.train_corpus, self.cfg.data), self.joiner)
+
+    def _amp_dtype(self, precision: str):
+        if precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise DocnmtError(f"unknown precision {precision!r}: use auto, fp32, bf16 or fp16")
+        if self.device.type != "cuda":
+            if precision in ("bf16", "fp16"):
+                log.warning("%s autocast needs CUDA; training in fp32 on CPU", precision)
+            return None
+        if precision == "auto":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+    def _prepare_save_dir(self, force: bool, init_from) -> None:
+        d = self.save_dir
+        last = last_checkpoint(d)
+        if d.exists() and any(d.iterdir()) and last is None and not force:
+            raise DocnmtError(f"{d} exists and is not empty; choose another --save-dir or pass --force to overwrite")
+        if last is not None and not force:
+            saved = Config.load(d / "config.yaml").to_dict()
+            if saved["model"] != self.cfg.to_dict()["model"] or saved["data"] != self.cfg.to_dict()["data"]:
+                raise DocnmtError(f"{d} holds a run with a different model or data config; "
+                                  "use another --save-dir, or --force to start over")
+            self.resume(last)
+        elif force and d.exists() and self.dist.main:
+            import shutil
+            for child in d.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        if last is None or force:
+            if init_from:
+                load_weights(self.model, Path(init_from) / WEIGHTS if Path(init_from).is_dir() else Path(init_from))
+            if self.dist.main:
+                d.mkdir(parents=True, exist_ok=True)
+                self.cfg.dump(d / "config.yaml")
+                self.vocab.save(d)
+        self.dist.barrier()
+        if self.dist.main:
+            handler = logging.FileHandler(d / "train.log")
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            log.addHandler(handler)
+            log.setLevel(logging.INFO)
+
+    def resume(self, path: Path) -> None:
+        state = load_state(path)
+        load_weights(self.model, path / WEIGHTS)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+        self.progress = Progress.from_dict(state["progress"])
+        self._saved_at = self.progress.updates
+        torch.set_rng_state(state["rng"][self.dist.rank] if self.dist.rank < len(state["rng"]) else state["rng"][0])
+        if self.progress.epoch > 1:
+            self.train_set = self.make_train_set(self.progress.epoch)
+        log.info("resumed from %s at update %d (epoch %d)", path, self.progress.updates, self.progress.epoch)
+        if self.progress_bar:
+            tqdm.write(f"resuming from {path} (update {self.progress.updates}, epoch {self.progress.epoch})")
+
+    def _tensorboard(self):
+        if not (self.cfg.train.tensorboard_dir and self.dist.main):
+            return None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            log.warning("TensorBoard is not installed (pip install docnmt[tensorboard]); not logging to it")
+            return None
+        return SummaryWriter(self.cfg.train.tensorboard_dir)
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        tc = self.cfg.train
+        batches = token_batches(self.train_set.src_lens, self.train_set.tgt_lens, tc.max_tokens, tc.seed, epoch)
+        usable = len(batches) - len(batches) % self.dist.world
+        return batches[self.dist.rank: usable: self.dist.world]
+
+    def done(self) -> bool:
+        tc, p = self.cfg.train, self.progress
+        out_of_time = tc.max_minutes > 0 and time.time() - self.start_time > 60 * tc.max_minutes
+        return bool((tc.max_update and p.updates >= tc.max_update) or (tc.max_epoch and p.epoch > tc.max_epoch)
+                    or (tc.patience > 0 and p.bad_validations >= tc.patience) or out_of_time)
+
+    def train(self) -> Path:
+        tc, p = self.cfg.train, self.progress
+        self.start_time = start_time = time.time()
+        while not self.done():
+            batches = self.epoch_batches(p.epoch)
+            per_update = tc.update_freq
+            n_updates = math.ceil(len(batches) / per_update)
+            bar = tqdm(total=n_updates, initial=p.batch_in_epoch // per_update, desc=f"epoch {p.epoch}",
+                       unit="upd", disable=not self.progress_bar, dynamic_ncols=True)
+            window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.time()}
+            while p.batch_in_epoch < len(batches) and not self.done():
+                group = batches[p.batch_in_epoch: p.batch_in_epoch + per_update]
+                loss, nll, ntok = self.update([self.train_set.collate(b) for b in group])
+                p.batch_in_epoch += len(group)
+                window["loss"] += loss; window["nll"] += nll; window["tokens"] += ntok
+                bar.update(1)
+                if p.updates % tc.log_interval == 0 or p.batch_in_epoch >= len(batches):
+                    self._log_train(window, bar)
+                if tc.validate_interval_updates and p.updates % tc.validate_interval_updates == 0:
+                    self.validate_and_save(f"u{p.updates:08d}")
+                elif tc.save_interval_updates and p.updates % tc.save_interval_updates == 0:
+                    self.save(f"u{p.updates:08d}")
+            bar.close()
+            if p.batch_in_epoch >= len(batches):
+                p.epoch += 1
+                p.batch_in_epoch = 0
+                self.train_set = self.make_train_set(p.epoch)
+                if not (tc.validate_interval_updates and p.updates % tc.validate_interval_updates == 0):
+                    self.validate_and_save(f"u{p.updates:08d}")
+        if p.updates != self._saved_at:   # stopped inside an epoch (max_update, max_minutes)
+            self.validate_and_save(f"u{p.updates:08d}")
+        if self.dist.main:
+            if not (self.save_dir / WEIGHTS).exists():
+                save_weights(self.model, self.save_dir / WEIGHTS)
+            self.plot()
+            log.info("training finished after %d updates, %.0f s", p.updates, time.time() - start_time)
+        self.dist.barrier()
+        return self.save_dir
+
+    def update(self, batches: list[dict]) -> tuple[float, float, int]:
+        """One optimizer step over ``update_freq`` micro-batches; gradients are normalised by the
+        number of target tokens of the whole update (across all processes), as fairseq does."""
+        tc = self.cfg.train
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total_loss = total_nll = 0.0
+        ntokens = 0
+        for i, batch in enumerate(batches):
+            batch = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+            sync = i == len(batches) - 1
+            ctx = self.ddp.no_sync() if (self.dist.world > 1 and not sync) else contextlib.nullcontext()
+            with ctx, torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                                     enabled=self.amp_dtype is not None):
+                loss, nll, n = forward_loss(self.ddp, batch, tc.label_smoothing)
+                self.scaler.scale(loss).backward()
+            total_loss += float(loss.detach()); total_nll += float(nll); ntokens += n
+        total_loss, total_nll, all_tokens = self.dist.all_sum([total_loss, total_nll, float(ntokens)])
+        self.scaler.unscale_(self.optimizer)
+        scale = self.dist.world / max(all_tokens, 1.0)    # DDP averaged over ranks; make it per-token
+        for param in self.model.parameters():
+            if param.grad is not None:
+                param.grad.mul_(scale)
+        if tc.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.progress.updates += 1
+        return total_loss, total_nll, int(all_tokens)
+
+    # ---- validation, checkpoints, logging -----------------------------------------------------
+    @torch.no_grad()
+    def validate(self) -> dict:
+        if self.valid is None:
+            return {}
+        self.model.eval()
+        loss = nll = 0.0
+        ntok = 0
+        for b in token_batches(self.valid.src_lens, self.valid.tgt_lens, self.cfg.train.max_tokens, shuffle=False):
+            batch = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in self.valid.collate(b).items()}
+            with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                                enabled=self.amp_dtype is not None):
+                l_, n_, t_ = forward_loss(self.model, batch, self.cfg.train.label_smoothing)
+            loss += float(l_); nll += float(n_); ntok += t_
+        out = {"valid_loss": loss / ntok / math.log(2), "valid_nll_loss": nll / ntok / math.log(2),
+               "valid_ppl": 2 ** (nll / ntok / math.log(2))}
+        if self.cfg.train.valid_bleu:
+            out.update(self.valid_bleu())
+        return out
+
+    def valid_bleu(self) -> dict:
+        from .metrics import evaluate_documents
+        from .document import Document
+        corpus = self.valid.corpus
+        docs = [Document(corpus.docids[d], [self.vocab.decode(corpus.src[i]) for i in corpus.doc_range(d)])
+                for d in range(corpus.n_docs)]
+        refs = [[self.vocab.decode(corpus.tgt[i]) for i in corpus.doc_range(d)] for d in range(corpus.n_docs)]
+        translator = Translator(self.model, self.vocab, self.cfg, self.device)
+        hyps, _ = translator.translate(docs)
+        result = evaluate_documents([h.tgt for h in hyps], refs, lowercase_too=False, metrics=("bleu",))
+        self.model.train()
+        return {"valid_bleu": result["d_bleu"]["score"], "valid_s_bleu": (result["s_bleu"] or {}).get("score")}
+
+    def validate_and_save(self, name: str) -> None:
+        metrics = self.validate()
+        p, tc = self.progress, self.cfg.train
+        improved = False
+        if metrics:
+            key = {"loss": "valid_loss", "nll_loss": "valid_nll_loss", "bleu": "valid_bleu"}[tc.best_metric]
+            value = metrics[key] if tc.best_metric != "bleu" else -metrics[key]
+            improved = p.best is None or value < p.best
+            if improved:
+                p.best, p.bad_validations = value, 0
+            else:
+                p.bad_validations += 1
+            self._record({"updates": p.updates, "epoch": p.epoch, **metrics})
+            if self.progress_bar:
+                tqdm.write(f"valid | update {p.updates} | " + " | ".join(
+                    f"{k[6:]} {v:.3f}" for k, v in metrics.items() if v is not None) +
+                    (" | best" if improved else f" | no improvement ({p.bad_validations}/{tc.patience})"))
+        self.save(name, best=improved or not metrics)
+
+    def save(self, name: str, best: bool = False) -> None:
+        self._saved_at = self.progress.updates
+        if self.dist.main:
+            state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                     "scaler": self.scaler.state_dict(), "progress": self.progress.to_dict(),
+                     "rng": self._gather_rng()}
+            save_checkpoint(self.save_dir, name, self.model, state, self.cfg.train.keep_last)
+            if best:
+                save_weights(self.model, self.save_dir / WEIGHTS)
+        else:
+            self._gather_rng()
+        self.dist.barrier()
+
+    def _gather_rng(self) -> list[torch.Tensor]:
+        rng = torch.get_rng_state()
+        if self.dist.world == 1:
+            return [rng]
+        out = [None] * self.dist.world
+        dist.all_gather_object(out, rng)
+        return out
+
+    def _log_train(self, window: dict, bar) -> None:
+        p = self.progress
+        if window["tokens"] == 0:
+            return
+        elapsed = time.time() - window["time"]
+        rec = {"updates": p.updates, "epoch": p.epoch, "loss": window["loss"] / window["tokens"] / math.log(2),
+               "nll_loss": window["nll"] / window["tokens"] / math.log(2), "lr": self.scheduler.get_last_lr()[0],
+               "tokens_per_s": window["tokens"] / max(elapsed, 1e-9)}
+        bar.set_postfix(loss=f"{rec['loss']:.3f}", lr=f"{rec['lr']:.2e}", tok_s=f"{rec['tokens_per_s']:.0f}")
+        self._record(rec)
+        window.update(loss=0.0, nll=0.0, tokens=0, time=time.time())
+
+    def _record(self, rec: dict) -> None:
+        self.progress.history.append(rec)
+        if not self.dist.main:
+            return
+        log.info(json.dumps(rec))
+        with open(self.save_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        if self.tb is not None:
+            for k, v in rec.items():
+                if k not in ("updates", "epoch") and v is not None:
+                    self.tb.add_scalar(k, v, rec["updates"])
+
+    def plot(self) -> None:
+        """learning_curve.png: training and validation loss (bits per token) against updates."""
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return
+        h = self.progress.history
+        tr = [(r["updates"], r["loss"]) for r in h if "loss" in r]
+        va = [(r["updates"], r["valid_loss"]) for r in h if "valid_loss" in r]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        if tr:
+            ax.plot(*zip(*tr), label="train loss")
+        if va:
+            ax.plot(*zip(*va), "o-", label="valid loss")
+        ax.set_xlabel("updates"); ax.set_ylabel("label-smoothed loss (bits/token)")
+        ax.set_title(self.save_dir.name); ax.grid(alpha=0.3); ax.legend()
+        fig.tight_layout()
+        fig.savefig(self.save_dir / "learning_curve.png", dpi=100)
+        plt.close(fig)

@@ -1,0 +1,139 @@
+"""Translating whole documents with a trained model, walking each document as its mode needs.
+
+Sent2Sent translates sentence by sentence; Doc2Sent feeds the previous source sentences as
+context; Doc2Doc (and MR) splits each document into instances the model can take (SPEC §2.3
+rule on source lengths), translates them and splits each output back into sentences with the
+recovery rules of SPEC §8.1. Every source sentence gets exactly one output line; sentences whose
+translation came back empty or merged are counted in the coverage report.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .checkpoint import WEIGHTS, load_weights
+from .config import Config
+from .data import Corpus, InstanceSet, Joiner, build_instances, token_batches
+from .document import Document
+from .errors import DataError, DocnmtError
+from .model import AttentionPolicy, Transformer
+from .search import SearchConfig, beam_search
+from .vocab import Vocab
+
+
+def build_model(cfg: Config, vocab: Vocab) -> Transformer:
+    """The model a config describes (methods add their policy and sublayers here)."""
+    cfg.model.vocab_size, cfg.model.pad_id = len(vocab), vocab.pad
+    return Transformer(cfg.model, AttentionPolicy(cfg.model))
+
+
+@dataclass
+class CoverageReport:
+    documents: int = 0
+    sentences: int = 0
+    instances: int = 0
+    malformed_instances: int = 0      # separator structure not as expected (repaired by §8.1 rules)
+    empty_sentences: int = 0          # source sentences whose translation came back empty
+    documents_with_problems: list = field(default_factory=list)
+
+    def summary(self) -> str:
+        ok = self.documents - len(self.documents_with_problems)
+        return (f"coverage: {ok}/{self.documents} documents fully recovered, "
+                f"{self.empty_sentences}/{self.sentences} sentences empty, "
+                f"{self.malformed_instances}/{self.instances} instances repaired")
+
+
+class Translator:
+    """A loaded model plus its vocabulary and config; ``translate`` takes documents."""
+
+    def __init__(self, model: Transformer, vocab: Vocab, cfg: Config, device: str | torch.device = "cpu"):
+        self.model, self.vocab, self.cfg = model.eval().to(device), vocab, cfg
+        self.device = torch.device(device)
+        self.joiner = Joiner(vocab, cfg.data.separator)
+
+    @classmethod
+    def load(cls, model_dir: str | Path, weights: str | Path | None = None, device: str | None = None) -> "Translator":
+        model_dir = Path(model_dir)
+        if not (model_dir / "config.yaml").exists():
+            raise DocnmtError(f"{model_dir}: not a docnmt model directory (no config.yaml)")
+        cfg = Config.load(model_dir / "config.yaml")
+        vocab = Vocab.load(model_dir)
+        model = build_model(cfg, vocab)
+        weights = Path(weights) if weights else model_dir / WEIGHTS
+        if weights.is_dir():
+            weights = weights / WEIGHTS
+        if not weights.exists():
+            raise DocnmtError(f"{weights}: no weights (has training saved a model yet?)")
+        load_weights(model, weights)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        return cls(model, vocab, cfg, device)
+
+    def banned_ids(self, sentence_targets: bool) -> list[int]:
+        v = self.vocab
+        banned = [v.pad, v.bos] + [v.id(s) for s in ("<mask>", "<eod>") if s in v.symbol_ids]
+        if sentence_targets:
+            banned += sorted(self.joiner.sep_ids)
+        return banned
+
+    def translate(self, docs: list[Document] | list[list[str]], search: SearchConfig | None = None,
+                  progress: bool = False, origin: str = "input") -> tuple[list[Document], CoverageReport]:
+        """Translate documents (``Document`` objects or lists of sentences). Returns documents
+        with ``tgt`` filled (one string per source sentence; ``meta["nbest"]`` when nbest > 1)
+        and a coverage report."""
+        docs = [d if isinstance(d, Document) else Document(str(i), list(d)) for i, d in enumerate(docs)]
+        docs = [Document(d.docid, d.src, None, dict(d.meta)) for d in docs]
+        search = search or self.cfg.decode
+        max_pos = self.cfg.model.max_positions
+        corpus = Corpus.encode(docs, self.vocab, max_sentence_tokens=max_pos - 2, origin=origin)
+        iset = InstanceSet(corpus, build_instances(corpus, self.cfg.data, training=False), self.joiner)
+        check_lengths(iset, max_pos, origin)
+        outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
+        report = CoverageReport(documents=len(docs), sentences=corpus.n_sents, instances=len(iset))
+        sentence_targets = not self.cfg.data.is_document_level
+        batches = token_batches(iset.src_lens, np.zeros_like(iset.src_lens), self.cfg.decode.max_tokens,
+                                shuffle=False, max_sentences=self.cfg.decode.max_sentences)
+        bar = tqdm(total=len(iset), desc="translate", unit="inst", disable=not progress, leave=False)
+        for idx in batches:
+            src = iset.collate(idx)["src"].to(self.device)
+            hyps = beam_search(self.model, src, search, self.vocab.bos, self.vocab.eos,
+                               banned=self.banned_ids(sentence_targets))
+            for k, nbest in zip(idx, hyps):
+                _, end, tstart = iset.rows[k]
+                for rank, hyp in enumerate(nbest):
+                    sents, ok = self.joiner.split(hyp.tokens, int(end - tstart))
+                    if rank == 0:
+                        report.malformed_instances += not ok
+                    for j, toks in enumerate(sents):
+                        outputs[tstart + j].append(toks)
+            bar.update(len(idx))
+        bar.close()
+        return self._assemble(docs, corpus, outputs, report), report
+
+    def _assemble(self, docs, corpus, outputs, report) -> list[Document]:
+        for d, doc in enumerate(docs):
+            texts = [[self.vocab.decode(t) for t in outputs[i]] for i in corpus.doc_range(d)]
+            doc.tgt = [n[0] if n else "" for n in texts]
+            if any(len(n) > 1 for n in texts):
+                doc.meta["nbest"] = texts
+            empty = sum(1 for t in doc.tgt if not t.strip())
+            report.empty_sentences += empty
+            if empty:
+                report.documents_with_problems.append(doc.docid)
+        return docs
+
+
+def load(model_dir: str | Path, weights: str | Path | None = None, device: str | None = None) -> Translator:
+    """``docnmt.load(model_dir).translate(documents)``."""
+    return Translator.load(model_dir, weights, device)
+
+
+def check_lengths(iset: InstanceSet, max_positions: int, origin: str) -> None:
+    too_long = np.nonzero(iset.src_lens > max_positions)[0]
+    if len(too_long):
+        a = int(iset.rows[too_long[0], 0])
+        raise DataError(f"an input of {int(iset.src_lens[too_long[0]])} tokens (from sentence {a + 1}) is longer "
+                        f"than the model's {max_positions} positions", origin)
