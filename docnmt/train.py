@@ -263,11 +263,14 @@ class Trainer:
                     self.save(f"u{p.updates:08d}")
             bar.close()
             if p.batch_in_epoch >= len(batches):
+                metrics = None
+                if not (tc.validate_interval_updates and p.updates % tc.validate_interval_updates == 0):
+                    metrics = self.validate()
                 p.epoch += 1
                 p.batch_in_epoch = 0
                 self.train_set = self.make_train_set(p.epoch)
-                if not (tc.validate_interval_updates and p.updates % tc.validate_interval_updates == 0):
-                    self.validate_and_save(f"u{p.updates:08d}")
+                if metrics is not None:
+                    self.validate_and_save(f"u{p.updates:08d}", metrics)
         if p.updates != self._saved_at:   # stopped inside an epoch (max_update, max_minutes)
             self.validate_and_save(f"u{p.updates:08d}")
         if self.dist.main:
@@ -294,7 +297,7 @@ class Trainer:
                                      enabled=self.amp_dtype is not None):
                 loss, nll, n = forward_loss(self.ddp, batch, tc.label_smoothing)
                 self.scaler.scale(loss).backward()
-            total_loss += float(loss.detach()); total_nll += float(nll); ntokens += n
+            total_loss += loss.item(); total_nll += nll.item(); ntokens += n
         total_loss, total_nll, all_tokens = self.dist.all_sum([total_loss, total_nll, float(ntokens)])
         self.scaler.unscale_(self.optimizer)
         scale = self.dist.world / max(all_tokens, 1.0)    # DDP averaged over ranks; make it per-token
@@ -342,8 +345,9 @@ class Trainer:
         self.model.train()
         return {"valid_bleu": result["d_bleu"]["score"], "valid_s_bleu": (result["s_bleu"] or {}).get("score")}
 
-    def validate_and_save(self, name: str) -> None:
-        metrics = self.validate()
+    def validate_and_save(self, name: str, metrics: dict | None = None) -> None:
+        """Validate (unless ``metrics`` are given), update early stopping, save a checkpoint."""
+        metrics = self.validate() if metrics is None else metrics
         p, tc = self.progress, self.cfg.train
         improved = False
         if metrics:
@@ -354,7 +358,7 @@ class Trainer:
                 p.best, p.bad_validations = value, 0
             else:
                 p.bad_validations += 1
-            self._record({"updates": p.updates, "epoch": p.epoch, **metrics})
+            self._record({"updates": p.updates, "epoch": p.epoch - (p.batch_in_epoch == 0), **metrics})
             if self.progress_bar:
                 tqdm.write(f"valid | update {p.updates} | " + " | ".join(
                     f"{k[6:]} {v:.3f}" for k, v in metrics.items() if v is not None) +

@@ -1,0 +1,36 @@
+"""Tiny real-data runs shared by the search, training and end-to-end tests (Tier S)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from docnmt.config import Config
+from docnmt.prepare import prepare
+from docnmt.readers import read_documents, write_marker
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def tiny_corpus_files(directory: Path, n_docs: int = 4, max_sents: int = 40) -> Path:
+    """The first documents of TED valid (en-de), truncated, written as marker files ``ted.{en,de}``."""
+    docs = read_documents(str(SHARED / "ende/valid/ted.en"), str(SHARED / "ende/valid/ted.de"),
+                          docids=str(SHARED / "ende/valid/ted.docids"))[:n_docs]
+    for d in docs:
+        d.src, d.tgt = d.src[:max_sents], d.tgt[:max_sents]
+    directory.mkdir(parents=True, exist_ok=True)
+    write_marker(docs, directory / "ted.en", "src", directory / "ted.docids")
+    write_marker(docs, directory / "ted.de", "tgt")
+    return directory / "ted"
+
+
+def tiny_data(directory: Path) -> Path:
+    prefix = tiny_corpus_files(directory / "raw")
+    prepare(directory / "data", "en", "de", [str(prefix)], [str(prefix)], vocab_size=400, log=lambda m: None)
+    return directory / "data"
+
+
+def tiny_config(mode: str = "sent2sent", **train) -> Config:
+    over = {"data.mode": mode, "model.d_model": 32, "model.ffn_dim": 64, "model.heads": 2,
+            "train.max_tokens": 600, "train.lr": 3e-3, "train.warmup_updates": 10, "train.max_epoch": 0,
+            "train.log_interval": 5, "train.patience": 0}
+    over.update({f"train.{k}": v for k, v in train.items()})
+    return Config.load("transformer_tiny").override(over)

@@ -1,0 +1,180 @@
+"""The Transformer and its attention hooks (SPEC §1, and the extension points of §3.2 and §4.1)."""
+import math
+
+import pytest
+import torch
+
+from docnmt.model import (AttentionPolicy, AttnSpec, ModelConfig, MultiheadAttention, Transformer,
+                          attention_reference, attention_sdpa, sinusoidal_table)
+
+CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
+
+
+def rand_qkv(b=2, h=4, nq=5, nk=7, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(b, h, n, d, generator=g) for n in (nq, nk, nk)]
+
+
+@pytest.mark.parametrize("kind", ["none", "mask", "causal", "bias", "scale", "all"])
+def test_sdpa_matches_reference(kind):
+    q, k, v = rand_qkv(nq=7)
+    mask = torch.zeros(2, 1, 1, 7, dtype=torch.bool)
+    mask[1, ..., 5:] = True
+    bias = lambda qh: qh.sum(-1, keepdim=True).expand(-1, -1, -1, 7) * 0.1  # noqa: E731
+    scale = torch.rand(2, 1, 7, 1) + 0.5
+    spec = {"none": AttnSpec(), "mask": AttnSpec(mask=mask), "causal": AttnSpec(is_causal=True),
+            "bias": AttnSpec(bias=bias), "scale": AttnSpec(scale=scale),
+            "all": AttnSpec(mask=mask, is_causal=True, bias=bias, scale=scale)}[kind]
+    torch.testing.assert_close(attention_sdpa(q, k, v, spec), attention_reference(q, k, v, spec))
+
+
+def test_sinusoidal_table_follows_spec():
+    P = sinusoidal_table(10, 8)
+    pos, i = 7, 2
+    assert P[pos, 2 * i] == pytest.approx(math.sin(pos / 10000 ** (2 * i / 8)), abs=1e-6)
+    assert P[pos, 2 * i + 1] == pytest.approx(math.cos(pos / 10000 ** (2 * i / 8)), abs=1e-6)
+
+
+# ---- a mask built from sentence tags (SPEC §3.2) passed in through the policy -------------------
+
+def tags_of(tokens, bos=2, pad=0):
+    """Cumulative count of sentence starts, 0 on pads (the G-Transformer tag rule, SPEC §3.1)."""
+    return torch.cumsum(tokens.eq(bos), 1) * tokens.ne(pad)
+
+
+class GroupPolicy(AttentionPolicy):
+    """Group attention: a tagged query only sees keys of its own sentence (True = blocked)."""
+
+    def encoder_specs(self, src, src_pad):
+        g = tags_of(src)
+        return {"enc_self": AttnSpec(mask=((g[:, :, None] != g[:, None, :]) & (g[:, :, None] != 0))[:, None])}
+
+    def decoder_specs(self, tgt, src, src_pad, offset, incremental):
+        gt, gs = tags_of(tgt)[:, offset:], tags_of(src)
+        gt_all = tags_of(tgt)
+        self_mask = (gt[:, :, None] != gt_all[:, None, :]) & (gt[:, :, None] != 0)
+        cross = ((gs[:, None, :] != gt[:, :, None]) & (gt[:, :, None] != 0)) | src_pad[:, None, :]
+        return {"dec_self": AttnSpec(mask=self_mask[:, None], is_causal=True), "cross": AttnSpec(mask=cross[:, None])}
+
+
+def two_sentence_batch():
+    # <s> a b c </s> <s> d e </s>  (ids: <s>=2, </s>=3)
+    src = torch.tensor([[2, 10, 11, 12, 3, 2, 13, 14, 3]])
+    tgt = torch.tensor([[2, 20, 21, 3, 2, 22, 23, 24, 3]])
+    return src, tgt
+
+
+def test_group_mask_isolates_sentences_in_encoder():
+    torch.manual_seed(0)
+    model = Transformer(CFG, GroupPolicy(CFG)).eval()
+    src, _ = two_sentence_batch()
+    changed = src.clone()
+    changed[0, 6:8] = torch.tensor([30, 31])         # change sentence 2 only
+    a, b = model.encode(src).memory, model.encode(changed).memory
+    torch.testing.assert_close(a[0, :5], b[0, :5])    # sentence 1 does not see sentence 2
+    assert not torch.allclose(a[0, 5:], b[0, 5:])
+    plain = Transformer(CFG).eval()
+    plain.load_state_dict(model.state_dict())
+    assert not torch.allclose(plain.encode(src).memory[0, :5], plain.encode(changed).memory[0, :5])
+
+
+def test_group_cross_attention_reaches_only_the_same_source_sentence():
+    torch.manual_seed(0)
+    model = Transformer(CFG, GroupPolicy(CFG)).eval()
+    src, tgt = two_sentence_batch()
+    changed = src.clone()
+    changed[0, 6:8] = torch.tensor([30, 31])
+    out_a, out_b = model(src, tgt), model(changed, tgt)
+    torch.testing.assert_close(out_a[0, :4], out_b[0, :4])   # target sentence 1 <- source sentence 1 only
+    assert not torch.allclose(out_a[0, 4:], out_b[0, 4:])
+
+
+def test_group_masks_incremental_equal_full():
+    torch.manual_seed(0)
+    model = Transformer(CFG, GroupPolicy(CFG)).eval()
+    src, tgt = two_sentence_batch()
+    enc = model.encode(src)
+    full = model.decode(tgt, enc)
+    cache = {}
+    steps = torch.cat([model.decode(tgt[:, : t + 1], enc, cache) for t in range(tgt.size(1))], 1)
+    torch.testing.assert_close(full, steps, atol=1e-5, rtol=1e-5)
+
+
+# ---- a query/key-only position addition (SPEC §4.1) --------------------------------------------
+
+class PositionAwarePolicy(AttentionPolicy):
+    """Adds the unscaled sinusoidal table to query and key inputs of every attention."""
+
+    def pe(self, n, offset=0):
+        return sinusoidal_table(offset + n, self.cfg.d_model)[offset:]
+
+    def encoder_specs(self, src, src_pad):
+        p = self.pe(src.size(1))
+        return {"enc_self": AttnSpec(mask=src_pad[:, None, None, :], q_add=p, k_add=p)}
+
+    def decoder_specs(self, tgt, src, src_pad, offset, incremental):
+        q = self.pe(tgt.size(1) - offset, offset)
+        return {"dec_self": AttnSpec(is_causal=True, q_add=q, k_add=q),
+                "cross": AttnSpec(mask=src_pad[:, None, None, :], q_add=q, k_add=self.pe(src.size(1)))}
+
+
+def test_position_addition_reaches_queries_and_keys_but_not_values():
+    torch.manual_seed(0)
+    attn = MultiheadAttention(16, 2).eval()
+    x = torch.randn(1, 5, 16)
+    p = sinusoidal_table(5, 16)
+    out = attn(x, x, AttnSpec(q_add=p, k_add=p))
+    # by hand: Q = (X+P)Wq, K = (X+P)Wk, V = X Wv
+    split = lambda t: t.view(1, 5, 2, 8).transpose(1, 2)  # noqa: E731
+    q, k, v = split(attn.q_proj(x + p)), split(attn.k_proj(x + p)), split(attn.v_proj(x))
+    w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8), -1)
+    expected = attn.out_proj((w @ v).transpose(1, 2).reshape(1, 5, 16))
+    torch.testing.assert_close(out, expected)
+    # the values are untouched: with uniform attention weights the output ignores P entirely
+    attn.q_proj.weight.data.zero_(); attn.q_proj.bias.data.zero_()
+    torch.testing.assert_close(attn(x, x, AttnSpec(q_add=p, k_add=p)), attn(x, x, AttnSpec()))
+
+
+def test_position_aware_incremental_equals_full():
+    torch.manual_seed(0)
+    model = Transformer(CFG, PositionAwarePolicy(CFG)).eval()
+    src = torch.randint(4, 50, (2, 6))
+    src[1, 4:] = 0
+    tgt = torch.randint(4, 50, (2, 5))
+    enc = model.encode(src)
+    full = model.decode(tgt, enc)
+    cache = {}
+    steps = torch.cat([model.decode(tgt[:, : t + 1], enc, cache) for t in range(5)], 1)
+    torch.testing.assert_close(full, steps, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(full, Transformer(CFG).eval().decode(tgt, enc))
+
+
+# ---- the plain model ---------------------------------------------------------------------------
+
+def test_padding_does_not_change_outputs():
+    torch.manual_seed(0)
+    model = Transformer(CFG).eval()
+    src = torch.randint(4, 50, (1, 6))
+    tgt = torch.randint(4, 50, (1, 4))
+    padded_src = torch.cat([src, torch.zeros(1, 3, dtype=torch.long)], 1)
+    padded_tgt = torch.cat([tgt, torch.zeros(1, 2, dtype=torch.long)], 1)
+    torch.testing.assert_close(model(src, tgt), model(padded_src, padded_tgt)[:, :4], atol=1e-5, rtol=1e-5)
+
+
+def test_reference_and_sdpa_models_agree(monkeypatch):
+    torch.manual_seed(0)
+    model = Transformer(CFG).eval()
+    src, tgt = torch.randint(4, 50, (2, 6)), torch.randint(4, 50, (2, 5))
+    src[0, 4:] = 0
+    fast = model(src, tgt)
+    monkeypatch.setattr(MultiheadAttention, "impl", "reference")
+    torch.testing.assert_close(fast, model(src, tgt), atol=1e-5, rtol=1e-5)
+
+
+def test_shared_embeddings_and_select():
+    model = Transformer(CFG)
+    assert model.encoder.embed.table is model.decoder.embed.table
+    src, tgt = torch.randint(4, 50, (2, 6)), torch.randint(4, 50, (2, 5))
+    select = torch.rand(2, 5) > 0.5
+    model.eval()
+    torch.testing.assert_close(model(src, tgt, select), model(src, tgt)[select])
