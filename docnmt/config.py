@@ -91,7 +91,7 @@ class Config:
             _check_keys(values, {f.name: None for f in dataclasses.fields(klass)}, f"{origin}: {name}")
             try:
                 sections[name] = klass(**{k: _coerce(klass, k, v) for k, v in values.items()})
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError, ConfigError) as e:
                 raise ConfigError(f"{origin}: {name}: {e}") from None
         return cls(**sections)
 
@@ -104,6 +104,8 @@ class Config:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: cannot read config: {e}") from None
         if raw is not None and not isinstance(raw, dict):
             raise ConfigError(f"{path}: a config must be a mapping of sections")
         return cls.from_dict(raw, str(path))

@@ -55,6 +55,10 @@ def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[s
     destdir = Path(destdir)
     if destdir.exists() and any(destdir.iterdir()) and not force:
         raise DocnmtError(f"{destdir} exists and is not empty; choose another --destdir or pass --force")
+    if force and destdir.exists():
+        for old in [*destdir.glob("*.npy"), *destdir.glob("*.docids.json"),
+                    *(destdir / n for n in ("prepare.json", "spm.model", "vocab.json"))]:
+            old.unlink(missing_ok=True)
     destdir.mkdir(parents=True, exist_ok=True)
     splits = {"train": trainpref, "valid": validpref or [], "test": testpref or []}
     docs = {name: read_split(prefs, src_lang, tgt_lang, fmt) for name, prefs in splits.items() if prefs}

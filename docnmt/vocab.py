@@ -17,7 +17,7 @@ from typing import Iterable
 
 import sentencepiece as spm
 
-from .errors import ConfigError
+from .errors import ConfigError, DataError
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 DEFAULT_MAX_SEP = 512
@@ -39,6 +39,7 @@ class Vocab:
         self.n_pieces = self.sp.get_piece_size()
         self.extra = list(extra_symbols)
         self.symbol_ids = {s: self.n_pieces + i for i, s in enumerate(self.extra)}
+        self.max_sep = sum(1 for s in self.extra if re.fullmatch(r"<sep\d+>", s))
 
     def __len__(self) -> int:
         return self.n_pieces + len(self.extra)
@@ -53,10 +54,6 @@ class Vocab:
         if index is None:
             return self.id("<sep>")
         return self.id(f"<sep{min(index, self.max_sep)}>")
-
-    @property
-    def max_sep(self) -> int:
-        return sum(1 for s in self.extra if re.fullmatch(r"<sep\d+>", s))
 
     def is_special(self, i: int) -> bool:
         return i < 4 or i >= self.n_pieces
@@ -83,6 +80,8 @@ class Vocab:
     @classmethod
     def load(cls, directory: str | Path) -> "Vocab":
         directory = Path(directory)
+        if not (directory / "vocab.json").exists() or not (directory / "spm.model").exists():
+            raise DataError("no vocabulary here (spm.model, vocab.json); run `docnmt prepare` first", directory)
         extra = json.loads((directory / "vocab.json").read_text())["extra_symbols"]
         return cls((directory / "spm.model").read_bytes(), extra)
 

@@ -112,10 +112,6 @@ def test_train_unknown_preset(tmp_path, cli_error, flag):
     assert "'transformer_smal'" in message and "did you mean 'transformer_small'" in message
 
 
-@pytest.mark.xfail(reason="BUG: a bad value that ModeConfig.__post_init__ rejects (data.mode, "
-                   "data.separator) raises a ConfigError that Config.from_dict (config.py) does not "
-                   "prefix with the file/section, unlike every other config error", strict=True,
-                   raises=AssertionError)
 def test_train_invalid_mode_value_names_the_config_file(tmp_path, write_files, cli_error):
     cfg = write_files(tmp_path, {"exp.yaml": "preset: doc2doc_small\ndata:\n  mode: doc2dog\n"})["exp.yaml"]
     message = cli_error("train", tmp_path / "data", "--save-dir", tmp_path / "model", "--config", cfg)
@@ -123,9 +119,6 @@ def test_train_invalid_mode_value_names_the_config_file(tmp_path, write_files, c
     assert f"{cfg}: data: " in message
 
 
-@pytest.mark.xfail(reason="BUG: Config.load (config.py) reads the file with Path.read_text outside "
-                   "any try: a directory (IsADirectoryError) or non-UTF-8 YAML (UnicodeDecodeError) "
-                   "escapes as a traceback", strict=True, raises=(OSError, UnicodeDecodeError))
 @pytest.mark.parametrize("what", ["directory", "latin-1"])
 def test_train_unreadable_config_file(tmp_path, write_files, cli_error, what):
     if what == "directory":
@@ -137,10 +130,6 @@ def test_train_unreadable_config_file(tmp_path, write_files, cli_error, what):
     assert str(cfg) in message
 
 
-@pytest.mark.xfail(reason="BUG: Trainer.__init__ (train.py:133) calls Vocab.load(data_dir) before "
-                   "Corpus.load; Vocab.load (vocab.py) opens vocab.json unchecked, so a data "
-                   "directory that was never prepared gives FileNotFoundError and a traceback",
-                   strict=True, raises=FileNotFoundError)
 def test_train_on_unprepared_data_directory(tmp_path, cli_error):
     data = tmp_path / "data"
     data.mkdir()

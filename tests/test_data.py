@@ -465,10 +465,6 @@ def test_prepare_on_real_data(ted_valid_prefix, tmp_path):
     assert run_prepare(dest, ted_valid_prefix, force=True)["splits"] == stats["splits"]
 
 
-@pytest.mark.xfail(reason="BUG: prepare(force=True) (prepare.py:56-58) writes over the old directory "
-                   "without removing the previous run's files: a split the new run lacks (valid.*) "
-                   "survives, encoded with the old vocabulary, and Trainer (train.py:137) loads it",
-                   strict=True, raises=AssertionError)
 def test_prepare_force_leaves_no_stale_split(ted_valid_prefix, tmp_path):
     dest = tmp_path / "data-bin"
     run_prepare(dest, ted_valid_prefix)

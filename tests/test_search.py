@@ -1,0 +1,102 @@
+"""Beam search: batched equals unbatched, greedy, prefixes, processors, lengths; translation walks."""
+import pytest
+import torch
+
+from _tiny import SHARED, tiny_config, tiny_data
+from docnmt.readers import read_documents
+from docnmt.search import SearchConfig, beam_search
+from docnmt.train import Trainer
+from docnmt.translate import Translator
+
+pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny sent2sent model trained briefly on real TED text, and its translator."""
+    root = tmp_path_factory.mktemp("search")
+    data = tiny_data(root)
+    Trainer(tiny_config("sent2sent", max_update=40), data, root / "model", progress_bar=False).train()
+    return Translator.load(root / "model", device="cpu"), root
+
+
+def sources(translator, n=6):
+    docs = read_documents(str(SHARED / "ende/valid/ted.en"), fmt="marker")
+    sents = [s for s in docs[0].src[:n]]
+    ids = [translator.vocab.encode(s)[:20] + [translator.vocab.eos] for s in sents]
+    width = max(map(len, ids))
+    return torch.tensor([i + [0] * (width - len(i)) for i in ids]), ids
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_batched_equals_unbatched(trained, beam):
+    tr, _ = trained
+    src, ids = sources(tr)
+    cfg = SearchConfig(beam=beam, max_len_b=5)
+    batched = beam_search(tr.model, src, cfg, 2, 3, banned=tr.banned_ids(True))
+    for row, hyps in zip(ids, batched):
+        single = beam_search(tr.model, torch.tensor([row]), cfg, 2, 3, banned=tr.banned_ids(True))[0]
+        assert single[0].tokens == hyps[0].tokens
+        assert single[0].score == pytest.approx(hyps[0].score, abs=1e-4)
+
+
+def test_greedy_is_argmax_decoding(trained):
+    tr, _ = trained
+    src, _ = sources(tr, 2)
+    hyp = beam_search(tr.model, src[:1], SearchConfig(beam=1, max_len_b=5), 2, 3, banned=[0, 2])[0][0]
+    tokens = torch.tensor([[2]])
+    enc = tr.model.encode(src[:1])
+    for _ in range(len(hyp.tokens)):
+        logits = tr.model.output_projection(tr.model.decode(tokens, enc)[:, -1])
+        logits[:, [0, 2]] = float("-inf")
+        tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], 1)
+    assert tokens[0, 1:].tolist() == hyp.tokens
+
+
+def test_beam_finds_score_at_least_greedy(trained):
+    tr, _ = trained
+    src, _ = sources(tr)
+    g = beam_search(tr.model, src, SearchConfig(beam=1, lenpen=0.0), 2, 3, banned=[0, 2])
+    b = beam_search(tr.model, src, SearchConfig(beam=5, lenpen=0.0), 2, 3, banned=[0, 2])
+    assert all(bb[0].score >= gg[0].score - 1e-5 for gg, bb in zip(g, b))
+
+
+def test_length_limits_and_nbest(trained):
+    tr, _ = trained
+    src, _ = sources(tr)
+    out = beam_search(tr.model, src, SearchConfig(beam=4, max_len_a=0, max_len_b=3, nbest=3, min_len=2), 2, 3,
+                      banned=[0, 2])
+    for hyps in out:
+        assert len(hyps) == 3 and hyps[0].score >= hyps[1].score >= hyps[2].score
+        assert all(2 <= len(h.tokens) + 1 <= 4 for h in hyps)   # +1 for </s>, within max_len_b
+
+
+def test_prefix_is_forced_and_processors_apply(trained):
+    tr, _ = trained
+    src, _ = sources(tr, 3)
+    prefix = [[100, 101], [], [102]]
+    out = beam_search(tr.model, src, SearchConfig(beam=3, max_len_b=6), 2, 3, banned=[0, 2], prefix=prefix)
+    banned_word = 7
+
+    def no_seven(step, tokens, lprobs, rows):
+        lprobs[:, banned_word] = float("-inf")
+    seen = []
+    out2 = beam_search(tr.model, src, SearchConfig(beam=3, max_len_b=6), 2, 3, banned=[0, 2],
+                       processors=[no_seven, lambda s, t, lp, r: seen.append(t.size(1))])
+    assert all(banned_word not in h[0].tokens for h in out2)
+    assert seen[:3] == [1, 2, 3]
+    # forced tokens are not part of the returned hypothesis but condition it
+    free = beam_search(tr.model, src, SearchConfig(beam=3, max_len_b=6), 2, 3, banned=[0, 2])
+    assert out[1][0].tokens == free[1][0].tokens
+
+
+@pytest.mark.parametrize("mode", ["doc2sent", "doc2doc"])
+def test_translate_walk_returns_one_line_per_sentence(tmp_path, mode):
+    data = tiny_data(tmp_path)
+    Trainer(tiny_config(mode, max_update=6), data, tmp_path / "m", progress_bar=False).train()
+    tr = Translator.load(tmp_path / "m", device="cpu")
+    docs = read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[:2]
+    out, report = tr.translate(docs)
+    assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
+    assert report.sentences == sum(len(d.src) for d in docs)
+    assert report.documents == 2
