@@ -174,7 +174,9 @@ class Trainer:
     def _prepare_save_dir(self, force: bool, init_from) -> None:
         d = self.save_dir
         last = last_checkpoint(d)
-        if d.exists() and any(d.iterdir()) and last is None and not force:
+        nonempty = d.exists() and any(d.iterdir())
+        self.dist.barrier()   # every rank looks before rank 0 writes
+        if nonempty and last is None and not force:
             raise DocnmtError(f"{d} exists and is not empty; choose another --save-dir or pass --force to overwrite")
         if last is not None and not force:
             saved = Config.load(d / "config.yaml").to_dict()
