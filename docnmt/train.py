@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,7 +217,8 @@ class Trainer:
             self.train_set = self.make_train_set(self.progress.epoch)
         log.info("resumed from %s at update %d (epoch %d)", path, self.progress.updates, self.progress.epoch)
         if self.progress_bar:
-            tqdm.write(f"resuming from {path} (update {self.progress.updates}, epoch {self.progress.epoch})")
+            tqdm.write(f"resuming from {path} (update {self.progress.updates}, epoch {self.progress.epoch})",
+                       file=sys.stderr)
 
     def _tensorboard(self):
         if not (self.cfg.train.tensorboard_dir and self.dist.main):
@@ -364,7 +366,8 @@ class Trainer:
             if self.progress_bar:
                 tqdm.write(f"valid | update {p.updates} | " + " | ".join(
                     f"{k[6:]} {v:.3f}" for k, v in metrics.items() if v is not None) +
-                    (" | best" if improved else f" | no improvement ({p.bad_validations}/{tc.patience})"))
+                    (" | best" if improved else f" | no improvement ({p.bad_validations}/{tc.patience})"),
+                    file=sys.stderr)
         self.save(name, best=improved or not metrics)
 
     def save(self, name: str, best: bool = False) -> None:

@@ -1,0 +1,79 @@
+"""Training throughput (target tokens/s) and peak memory on Tier M data.
+
+    python bench/train_throughput.py [--presets transformer_small transformer_base] [--updates 30]
+
+Each (preset, instance kind) runs in its own process so peak memory is its own. Kinds: ``sent``
+(Sent2Sent instances) and ``doc`` (Doc2Doc instances of <= 512 tokens). The timed updates go
+through docnmt's own Trainer.update (forward, loss, backward, Adam), --max-tokens 4096, after
+warm-up updates that are not timed. Prints a table and saves bench/results/train_throughput.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+
+import common
+
+
+def one(preset: str, kind: str, updates: int, warmup: int, threads: int, max_tokens: int) -> dict:
+    import numpy as np
+    import torch
+    from docnmt.config import Config
+    from docnmt.train import Trainer
+    common.set_threads(threads)
+    data = common.tier_m_data()
+    mode = {"sent": "sent2sent", "doc": "doc2doc"}[kind]
+    cfg = Config.load(preset).override({"data.mode": mode, "train.max_tokens": max_tokens})
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(cfg, data, f"{tmp}/m", progress_bar=False)
+        batches = trainer.epoch_batches(1)
+        rng = np.random.default_rng(0)
+        picks = [batches[i] for i in rng.choice(len(batches), warmup + updates, replace=False)]
+        collated = [trainer.train_set.collate(b) for b in picks]
+        for b in collated[:warmup]:
+            trainer.update([b])
+        tokens = pad_tokens = 0
+        with common.Timer() as t:
+            for b in collated[warmup:]:
+                _, _, n = trainer.update([b])
+                tokens += n
+                pad_tokens += b["tgt_in"].numel()
+        mem = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else common.peak_rss_mb()
+    return {"preset": preset, "kind": kind, "updates": updates, "target_tokens": tokens,
+            "target_padding": 1 - tokens / pad_tokens, "seconds": t.seconds,
+            "target_tokens_per_s": tokens / t.seconds, "peak_memory_mb": mem, "threads": threads,
+            "device": "cuda" if torch.cuda.is_available() else "cpu"}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--presets", nargs="+", default=["transformer_small", "transformer_base"])
+    ap.add_argument("--kinds", nargs="+", default=["sent", "doc"])
+    ap.add_argument("--updates", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one(*a.one, a.updates, a.warmup, a.threads, a.max_tokens)))
+        return
+    common.tier_m_data()
+    results = []
+    for preset in a.presets:
+        for kind in a.kinds:
+            out = subprocess.run([sys.executable, __file__, "--one", preset, kind, "--updates", str(a.updates),
+                                  "--warmup", str(a.warmup), "--threads", str(a.threads),
+                                  "--max-tokens", str(a.max_tokens)], capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            results.append(r)
+            print(f"{preset:18s} {kind:4s} {r['target_tokens_per_s']:8.0f} tgt tok/s  "
+                  f"padding {100 * r['target_padding']:4.1f}%  peak {r['peak_memory_mb']:7.0f} MB", flush=True)
+    common.save("train_throughput", results)
+
+
+if __name__ == "__main__":
+    main()
