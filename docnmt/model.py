@@ -114,6 +114,9 @@ ATTENTION_IMPLS = {"sdpa": attention_sdpa, "reference": attention_reference}
 class MultiheadAttention(nn.Module):
     """Multi-head attention with an optional key/value cache for incremental decoding.
 
+    The query, key and value projections are one (3d × d) matrix, so self-attention without
+    query/key additions projects in a single matrix multiplication (and cross-attention keys and
+    values in one); with additions each part is projected from its own input.
     ``cache`` is a dict shared by the whole decoder; this module stores its keys and values under
     its own ``name``. With ``static_kv`` (cross-attention) they are computed once per sentence.
     """
@@ -123,31 +126,41 @@ class MultiheadAttention(nn.Module):
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, name: str = ""):
         super().__init__()
         self.heads, self.d_head, self.dropout, self.name = heads, d_model // heads, dropout, name
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
+        self.d_model = d_model
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
+
+    def project(self, x: Tensor, part: slice) -> Tensor:
+        """Project ``x`` with rows ``part`` of the stacked [W_Q; W_K; W_V] (in units of d)."""
+        d = self.d_model
+        rows = slice(part.start * d, part.stop * d)
+        return F.linear(x, self.in_proj.weight[rows], self.in_proj.bias[rows])
 
     def _split(self, x: Tensor) -> Tensor:
         b, n, _ = x.shape
-        return x.view(b, n, self.heads, self.d_head).transpose(1, 2)
-
-    def project_kv(self, kv: Tensor, k_add: Tensor | None) -> tuple[Tensor, Tensor]:
-        k_in = kv if k_add is None else kv + k_add
-        return self._split(self.k_proj(k_in)), self._split(self.v_proj(kv))
+        return x.view(b, n, -1, self.d_head).transpose(1, 2)
 
     def forward(self, x: Tensor, kv: Tensor, spec: AttnSpec, cache: dict | None = None,
                 static_kv: bool = False) -> Tensor:
-        q = self._split(self.q_proj(x if spec.q_add is None else x + spec.q_add))
-        if cache is not None and static_kv and self.name in cache:
-            k, v = cache[self.name]
+        reuse = cache is not None and static_kv and self.name in cache
+        if kv is x and spec.q_add is None and spec.k_add is None:
+            q, k, v = self._split(self.project(x, slice(0, 3))).chunk(3, dim=1)
         else:
-            k, v = self.project_kv(kv, spec.k_add)
-            if cache is not None:
-                if not static_kv and self.name in cache:
-                    k0, v0 = cache[self.name]
-                    k, v = torch.cat([k0, k], 2), torch.cat([v0, v], 2)
-                cache[self.name] = (k, v)
+            q = self._split(self.project(x if spec.q_add is None else x + spec.q_add, slice(0, 1)))
+            if reuse:
+                k = v = None
+            elif spec.k_add is None:
+                k, v = self._split(self.project(kv, slice(1, 3))).chunk(2, dim=1)
+            else:
+                k = self._split(self.project(kv + spec.k_add, slice(1, 2)))
+                v = self._split(self.project(kv, slice(2, 3)))
+        if reuse:
+            k, v = cache[self.name]
+        elif cache is not None:
+            if not static_kv and self.name in cache:
+                k0, v0 = cache[self.name]
+                k, v = torch.cat([k0, k], 2), torch.cat([v0, v], 2)
+            cache[self.name] = (k, v)
         out = ATTENTION_IMPLS[self.impl](q, k, v, spec, self.dropout if self.training else 0.0)
         b, _, n, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
@@ -356,6 +369,10 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(p)
             elif name.endswith(".bias") and "norm" not in name:
                 nn.init.zeros_(p)
+        for mod in self.modules():
+            if isinstance(mod, MultiheadAttention):   # each of W_Q, W_K, W_V as its own d×d matrix
+                for part in mod.in_proj.weight.data.chunk(3):
+                    nn.init.xavier_uniform_(part, gain=1 / math.sqrt(2))
         for table in {id(t): t for t in (self.encoder.embed.table, self.decoder.embed.table)}.values():
             nn.init.normal_(table.weight, 0.0, self.cfg.d_model ** -0.5)
             with torch.no_grad():
@@ -381,13 +398,72 @@ class Transformer(nn.Module):
     def output_projection(self, hidden: Tensor) -> Tensor:
         return F.linear(hidden, self.decoder.embed.table.weight)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, select: Tensor | None = None) -> Tensor:
-        """Teacher-forced logits; with a boolean ``select`` (B, T) only at those positions."""
+    def forward(self, src: Tensor, tgt_in: Tensor, labels: Tensor | None = None, label_smoothing: float = 0.0):
+        """Teacher-forced logits (B, T, V); with ``labels``, the training loss instead:
+        (summed label-smoothed loss, summed NLL, number of target tokens). The loss path runs
+        the output projection only on real (non-pad) positions, fused with the loss."""
         hidden = self.decode(tgt_in, self.encode(src))
-        return self.output_projection(hidden if select is None else hidden[select])
+        if labels is None:
+            return self.output_projection(hidden)
+        select = labels.ne(self.cfg.pad_id)
+        loss, nll = projected_label_smoothed_ce(hidden[select], self.decoder.embed.table.weight, labels[select],
+                                                label_smoothing)
+        return loss, nll, int(select.sum())
 
     @staticmethod
     def reorder_cache(cache: dict, index: Tensor) -> None:
         for name, kv in cache.items():
             if name != "_len":
                 cache[name] = (kv[0].index_select(0, index), kv[1].index_select(0, index))
+
+
+# --------------------------------------------------------------------------------------------
+# Output projection fused with the label-smoothed loss
+# --------------------------------------------------------------------------------------------
+
+class _ProjectedLabelSmoothedCE(torch.autograd.Function):
+    """loss = Σ_i (1−ε)·NLL_i + ε·mean_v(−log p_iv) with logits = H Wᵀ, computed in row chunks.
+
+    Each chunk's gradient (softmax − smoothed one-hot) is turned into the gradients of H and W
+    right away, so the N×V logits never exist at once: less memory traffic (the output layer is
+    memory-bound on CPU) and far less memory on GPU. The second output (summed NLL) is for
+    logging and carries no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, target, eps, chunk):
+        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        V = weight.size(0)
+        loss = hidden.new_zeros((), dtype=torch.float32)
+        nll = hidden.new_zeros((), dtype=torch.float32)
+        grad_h = torch.empty_like(hidden) if need_grad else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_grad else None
+        for s in range(0, hidden.size(0), chunk):
+            h, t = hidden[s: s + chunk], target[s: s + chunk]
+            lprobs = torch.log_softmax(F.linear(h, weight).float(), dim=-1)
+            nll_c = -lprobs.gather(1, t[:, None]).squeeze(1)
+            loss += ((1.0 - eps) * nll_c - eps * lprobs.mean(-1)).sum()
+            nll += nll_c.sum()
+            if need_grad:
+                g = lprobs.exp_().sub_(eps / V)
+                g.scatter_add_(1, t[:, None], torch.full((t.numel(), 1), eps - 1.0, device=g.device))
+                g = g.to(h.dtype) if h.dtype == weight.dtype else g
+                grad_h[s: s + chunk] = g @ weight.to(g.dtype)
+                grad_w += (g.t() @ h.to(g.dtype)).float()
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.w_dtype = weight.dtype
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        grad_h, grad_w = ctx.saved_tensors
+        gh = None if grad_h is None else grad_h * grad_loss.to(grad_h.dtype)
+        gw = None if grad_w is None else (grad_w * grad_loss).to(ctx.w_dtype)
+        return gh, gw, None, None, None
+
+
+def projected_label_smoothed_ce(hidden: Tensor, weight: Tensor, target: Tensor, eps: float,
+                                chunk: int = 1024) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed cross-entropy of ``hidden @ weight.T`` (see the class above)."""
+    loss, nll = _ProjectedLabelSmoothedCE.apply(hidden, weight, target, eps, chunk)
+    return loss, nll.detach()

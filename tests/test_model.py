@@ -126,12 +126,13 @@ def test_position_addition_reaches_queries_and_keys_but_not_values():
     out = attn(x, x, AttnSpec(q_add=p, k_add=p))
     # by hand: Q = (X+P)Wq, K = (X+P)Wk, V = X Wv
     split = lambda t: t.view(1, 5, 2, 8).transpose(1, 2)  # noqa: E731
-    q, k, v = split(attn.q_proj(x + p)), split(attn.k_proj(x + p)), split(attn.v_proj(x))
+    q, k, v = split(attn.project(x + p, slice(0, 1))), split(attn.project(x + p, slice(1, 2))), \
+        split(attn.project(x, slice(2, 3)))
     w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8), -1)
     expected = attn.out_proj((w @ v).transpose(1, 2).reshape(1, 5, 16))
     torch.testing.assert_close(out, expected)
     # the values are untouched: with uniform attention weights the output ignores P entirely
-    attn.q_proj.weight.data.zero_(); attn.q_proj.bias.data.zero_()
+    attn.in_proj.weight.data[:16].zero_(); attn.in_proj.bias.data[:16].zero_()
     torch.testing.assert_close(attn(x, x, AttnSpec(q_add=p, k_add=p)), attn(x, x, AttnSpec()))
 
 
@@ -171,10 +172,33 @@ def test_reference_and_sdpa_models_agree(monkeypatch):
     torch.testing.assert_close(fast, model(src, tgt), atol=1e-5, rtol=1e-5)
 
 
-def test_shared_embeddings_and_select():
+def test_shared_embeddings_and_fused_loss():
     model = Transformer(CFG)
     assert model.encoder.embed.table is model.decoder.embed.table
     src, tgt = torch.randint(4, 50, (2, 6)), torch.randint(4, 50, (2, 5))
-    select = torch.rand(2, 5) > 0.5
+    labels = torch.randint(4, 50, (2, 5))
+    labels[1, 3:] = 0
     model.eval()
-    torch.testing.assert_close(model(src, tgt, select), model(src, tgt)[select])
+    loss, nll, n = model(src, tgt, labels, 0.1)
+    logits = model(src, tgt)[labels.ne(0)]
+    assert n == 8
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, labels[labels.ne(0)],
+                                                                       label_smoothing=0.1, reduction="sum"))
+    torch.testing.assert_close(nll, torch.nn.functional.cross_entropy(logits, labels[labels.ne(0)], reduction="sum"))
+
+
+@pytest.mark.parametrize("chunk", [3, 1024])
+def test_fused_projection_loss_gradients(chunk):
+    from docnmt.model import projected_label_smoothed_ce
+    torch.manual_seed(0)
+    h = torch.randn(7, 16, requires_grad=True)
+    w = torch.randn(30, 16, requires_grad=True)
+    t = torch.randint(0, 30, (7,))
+    loss, _ = projected_label_smoothed_ce(h, w, t, 0.1, chunk)
+    (3.0 * loss).backward()
+    h2, w2 = h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(h2 @ w2.t(), t, label_smoothing=0.1, reduction="sum")
+    (3.0 * ref).backward()
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(h.grad, h2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)

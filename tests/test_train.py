@@ -32,11 +32,15 @@ def test_inverse_sqrt_schedule():
 
 
 def test_label_smoothed_loss_matches_torch():
-    logits, target = torch.randn(6, 11), torch.randint(0, 11, (6,))
+    logits, target = torch.randn(6, 11, requires_grad=True), torch.randint(0, 11, (6,))
+    ref_logits = logits.detach().clone().requires_grad_()
     loss, nll = label_smoothed_loss(logits, target, 0.1)
-    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, target, label_smoothing=0.1,
-                                                                       reduction="sum"))
+    ref = torch.nn.functional.cross_entropy(ref_logits, target, label_smoothing=0.1, reduction="sum")
+    torch.testing.assert_close(loss, ref)
     torch.testing.assert_close(nll, torch.nn.functional.cross_entropy(logits, target, reduction="sum"))
+    (2.5 * loss).backward()
+    (2.5 * ref).backward()
+    torch.testing.assert_close(logits.grad, ref_logits.grad)
 
 
 @pytest.mark.parametrize("mode", ["sent2sent", "doc2sent", "doc2doc", "mr"])
