@@ -463,7 +463,7 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
 
 
 def projected_label_smoothed_ce(hidden: Tensor, weight: Tensor, target: Tensor, eps: float,
-                                chunk: int = 1024) -> tuple[Tensor, Tensor]:
+                                chunk: int = 256) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy of ``hidden @ weight.T`` (see the class above)."""
     loss, nll = _ProjectedLabelSmoothedCE.apply(hidden, weight, target, eps, chunk)
     return loss, nll.detach()
