@@ -85,8 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--validpref", nargs="+")
     p.add_argument("--testpref", nargs="+")
     p.add_argument("--destdir", required=True)
-    p.add_argument("--vocab-size", type=int, default=8000, help="joint SentencePiece pieces")
-    p.add_argument("--spm-model", help="reuse this SentencePiece model (file, or a data/model directory)")
+    p.add_argument("--subword", default="spm", choices=["spm", "moses-bpe"],
+                   help="spm: joint SentencePiece model (--vocab-size); moses-bpe: the classic pipeline, Moses "
+                        "tokenisation + joint subword-nmt BPE (--bpe-merges; needs pip install docnmt[moses])")
+    p.add_argument("--vocab-size", type=int, default=8000, help="spm: joint SentencePiece pieces")
+    p.add_argument("--bpe-merges", type=int, default=30000, help="moses-bpe: joint BPE merge operations")
+    p.add_argument("--spm-model", help="reuse this SentencePiece model file, or the subword model (either kind) "
+                                       "of a data/model directory")
     p.add_argument("--format", default="auto", help="auto | marker | blankline | xml | jsonl | plain")
     p.add_argument("--max-sentence-tokens", type=int, default=1022)
     p.add_argument("--force", action="store_true", help="overwrite a non-empty --destdir")
@@ -163,7 +168,7 @@ def cmd_prepare(args) -> int:
     from .prepare import prepare
     prepare(args.destdir, args.source_lang, args.target_lang, args.trainpref, args.validpref, args.testpref,
             args.vocab_size, args.spm_model, args.format, args.max_sentence_tokens, args.force,
-            log=lambda m: print(m, file=sys.stderr))
+            log=lambda m: print(m, file=sys.stderr), subword=args.subword, bpe_merges=args.bpe_merges)
     return 0
 
 

@@ -71,7 +71,7 @@ class Corpus:
         sides = [[s for d in docs for s in d.src]]
         if docs and docs[0].tgt is not None:
             sides.append([s for d in docs for s in d.tgt])
-        encoded = [vocab.encode_batch(texts) for texts in sides]
+        encoded = [vocab.encode_batch(texts, side) for side, texts in zip(("src", "tgt"), sides)]
         for ids in encoded:
             for k, sent in enumerate(ids):
                 if len(sent) > max_sentence_tokens:

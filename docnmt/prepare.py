@@ -1,4 +1,4 @@
-"""``docnmt prepare``: read corpora, learn (or reuse) a joint SentencePiece model, encode, store.
+"""``docnmt prepare``: read corpora, learn (or reuse) a joint subword model, encode, store.
 
 Corpora are named fairseq-style by prefixes: ``--trainpref ../shared/data/ende/train/ted`` with
 ``--source-lang en --target-lang de`` reads ``ted.en`` / ``ted.de`` (and ``ted.docids`` when it
@@ -6,6 +6,10 @@ exists); ``PREFIX.en.xml`` / ``PREFIX.en.sgm`` pairs and a ``PREFIX.jsonl`` file
 way. Several prefixes per split are concatenated. The output directory holds the vocabulary and
 one memory-mapped encoded corpus per split (see :mod:`docnmt.data`), plus ``prepare.json`` with
 the sentence, document and instance counts of every mode.
+
+The subword model is a joint SentencePiece model (``subword="spm"``, ``vocab_size`` pieces) or
+the classic Moses tokenisation + joint subword-nmt BPE (``subword="moses-bpe"``, ``bpe_merges``
+merges; the ``docnmt[moses]`` extra, see :mod:`docnmt.subword`).
 """
 from __future__ import annotations
 
@@ -14,9 +18,9 @@ from pathlib import Path
 
 from .data import Corpus, ModeConfig, build_instances
 from .document import Document
-from .errors import DataError, DocnmtError
+from .errors import ConfigError, DataError, DocnmtError
 from .readers import read_documents
-from .vocab import Vocab, default_symbols
+from .vocab import Vocab, default_symbols, moses_bpe
 
 
 def resolve_prefix(prefix: str, src_lang: str, tgt_lang: str, fmt: str = "auto") -> list[Document]:
@@ -51,13 +55,17 @@ def read_split(prefixes: list[str], src_lang: str, tgt_lang: str, fmt: str = "au
 def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[str],
             validpref: list[str] | None = None, testpref: list[str] | None = None,
             vocab_size: int = 8000, spm_from: str | None = None, fmt: str = "auto",
-            max_sentence_tokens: int = 1022, force: bool = False, log=print) -> dict:
+            max_sentence_tokens: int = 1022, force: bool = False, log=print,
+            subword: str = "spm", bpe_merges: int = 30000) -> dict:
     destdir = Path(destdir)
+    if subword not in ("spm", "moses-bpe"):
+        raise ConfigError(f"unknown subword model {subword!r}; choose spm or moses-bpe")
+    bpe_vocab = moses_bpe() if subword == "moses-bpe" and not spm_from else None  # fails early without the extra
     if destdir.exists() and any(destdir.iterdir()) and not force:
         raise DocnmtError(f"{destdir} exists and is not empty; choose another --destdir or pass --force")
     if force and destdir.exists():
         for old in [*destdir.glob("*.npy"), *destdir.glob("*.docids.json"),
-                    *(destdir / n for n in ("prepare.json", "spm.model", "vocab.json"))]:
+                    *(destdir / n for n in ("prepare.json", "spm.model", "vocab.json", "bpe.codes", "bpe.vocab.json"))]:
             old.unlink(missing_ok=True)
     destdir.mkdir(parents=True, exist_ok=True)
     splits = {"train": trainpref, "valid": validpref or [], "test": testpref or []}
@@ -65,12 +73,18 @@ def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[s
     if spm_from:
         vocab = Vocab.load(spm_from) if Path(spm_from).is_dir() else Vocab(Path(spm_from).read_bytes(), default_symbols())
         log(f"using the existing subword model {spm_from} ({len(vocab)} symbols)")
+    elif bpe_vocab:
+        src = [s for d in docs["train"] for s in d.src]
+        tgt = [s for d in docs["train"] for s in d.tgt]
+        log(f"Moses-tokenising {len(src) + len(tgt)} sentences and learning {bpe_merges} joint BPE merges on them")
+        vocab = bpe_vocab.train(src, tgt, src_lang, tgt_lang, bpe_merges)
     else:
         texts = [s for d in docs["train"] for s in d.src + d.tgt]
         log(f"learning a joint SentencePiece BPE model of {vocab_size} pieces on {len(texts)} sentences")
         vocab = Vocab.train(texts, vocab_size)
     vocab.save(destdir)
-    stats = {"source_lang": src_lang, "target_lang": tgt_lang, "vocab": len(vocab), "splits": {}}
+    stats = {"source_lang": src_lang, "target_lang": tgt_lang, "subword": vocab.backend, "vocab": len(vocab),
+             "splits": {}}
     for name, split_docs in docs.items():
         corpus = Corpus.encode(split_docs, vocab, max_sentence_tokens, origin=",".join(splits[name]))
         corpus.save(destdir, name)

@@ -153,12 +153,14 @@ class Trainer:
         return InstanceSet(self.train_corpus, build_instances(self.train_corpus, self.cfg.data), self.joiner)
 
     def _amp_dtype(self, precision: str):
+        """The autocast dtype: bf16 (fp16 where bf16 is missing) on CUDA by default, fp32 on CPU.
+        ``bf16`` on CPU is honoured (CPU autocast; slow, but the same code path as on GPU)."""
         if precision not in ("auto", "fp32", "bf16", "fp16"):
             raise DocnmtError(f"unknown precision {precision!r}: use auto, fp32, bf16 or fp16")
         if self.device.type != "cuda":
-            if precision in ("bf16", "fp16"):
-                log.warning("%s autocast needs CUDA; training in fp32 on CPU", precision)
-            return None
+            if precision == "fp16":
+                log.warning("fp16 autocast needs CUDA; training in fp32 on CPU")
+            return torch.bfloat16 if precision == "bf16" else None
         if precision == "auto":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
@@ -250,7 +252,7 @@ class Trainer:
                 p.batch_in_epoch += len(group)
                 window["loss"] += loss; window["nll"] += nll; window["tokens"] += ntok
                 bar.update(1)
-                if p.updates % tc.log_interval == 0 or p.batch_in_epoch >= len(batches):
+                if p.updates % tc.log_interval == 0 or p.batch_in_epoch >= len(batches) or self.done():
                     self._log_train(window, bar)
                 if tc.validate_interval_updates and p.updates % tc.validate_interval_updates == 0:
                     self.validate_and_save(f"u{p.updates:08d}")
@@ -423,7 +425,9 @@ class Trainer:
         if va:
             ax.plot(*zip(*va), "o-", label="valid loss")
         ax.set_xlabel("updates"); ax.set_ylabel("label-smoothed loss (bits/token)")
-        ax.set_title(self.save_dir.name); ax.grid(alpha=0.3); ax.legend()
+        ax.set_title(self.save_dir.name); ax.grid(alpha=0.3)
+        if tr or va:
+            ax.legend()
         fig.tight_layout()
         fig.savefig(self.save_dir / "learning_curve.png", dpi=100)
         plt.close(fig)

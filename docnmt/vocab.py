@@ -5,6 +5,8 @@ docnmt's own symbols are appended after them (never produced from text, only ins
 instance formats): ``<mask>`` (word dropout), ``<eod>`` (end of document), ``<sep>`` and
 ``<sep1>`` ... ``<sepN>`` (sentence separators). A method that needs more symbols adds them to
 ``extra_symbols`` before the vocabulary is built; the list is saved next to the model.
+The classic Moses tokenisation + subword-nmt BPE pipeline (``docnmt[moses]``) has the same
+layout and interface: :class:`docnmt.subword.MosesBPEVocab` (``vocab.json`` names the backend).
 """
 from __future__ import annotations
 
@@ -28,15 +30,44 @@ def default_symbols(max_sep: int = DEFAULT_MAX_SEP) -> list[str]:
     return ["<mask>", "<eod>", "<sep>"] + [f"<sep{i}>" for i in range(1, max_sep + 1)]
 
 
-class Vocab:
-    """A SentencePiece model with docnmt's symbols appended (see module docstring)."""
+def require_files(directory: Path, *files: str) -> None:
+    missing = [f for f in files if not (directory / f).exists()]
+    if missing:
+        raise DataError(f"no vocabulary here (missing {', '.join(missing)}); run `docnmt prepare` first", directory)
+
+
+def read_meta(directory: Path, *files: str) -> dict:
+    """``vocab.json`` of a vocabulary directory, after checking that it and ``files`` exist."""
+    require_files(directory, "vocab.json", *files)
+    return json.loads((directory / "vocab.json").read_text())
+
+
+def moses_bpe() -> type:
+    """:class:`docnmt.subword.MosesBPEVocab`, imported only when used (an optional extra)."""
+    try:
+        from .subword import MosesBPEVocab
+    except ModuleNotFoundError as e:
+        if e.name not in ("sacremoses", "subword_nmt"):
+            raise
+        raise ConfigError("the Moses+BPE pipeline needs: pip install docnmt[moses]") from None
+    return MosesBPEVocab
+
+
+class BaseVocab:
+    """What every subword backend shares: ids 0-3 (pad, unk, ``<s>``, ``</s>``), then the
+    backend's ``n_pieces`` - 4 ordinary pieces, then docnmt's ``extra`` symbols.
+
+    A backend implements ``encode_batch(texts, side)``, ``_detokenize(ids, side)``,
+    ``_piece(i)``, ``_save_files(directory)`` and ``_meta()`` (extra keys of ``vocab.json``).
+    ``side`` ("src" or "tgt") says which language a text is in; backends with one joint model
+    (SentencePiece) ignore it.
+    """
 
     pad, unk, bos, eos = PAD, UNK, BOS, EOS
+    backend = ""
 
-    def __init__(self, model_proto: bytes, extra_symbols: list[str]):
-        self.proto = model_proto
-        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
-        self.n_pieces = self.sp.get_piece_size()
+    def __init__(self, n_pieces: int, extra_symbols: list[str]):
+        self.n_pieces = n_pieces
         self.extra = list(extra_symbols)
         self.symbol_ids = {s: self.n_pieces + i for i, s in enumerate(self.extra)}
         self.max_sep = sum(1 for s in self.extra if re.fullmatch(r"<sep\d+>", s))
@@ -58,32 +89,62 @@ class Vocab:
     def is_special(self, i: int) -> bool:
         return i < 4 or i >= self.n_pieces
 
-    def encode(self, text: str) -> list[int]:
-        return self.sp.encode(text)
+    def encode(self, text: str, side: str = "src") -> list[int]:
+        return self.encode_batch([text], side)[0]
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return self.sp.encode(texts)
-
-    def decode(self, ids: Iterable[int]) -> str:
+    def decode(self, ids: Iterable[int], side: str = "tgt") -> str:
         """Detokenised text of the ordinary pieces in ``ids`` (every special symbol removed)."""
-        return self.sp.decode([i for i in ids if not self.is_special(i)])
+        return self._detokenize([int(i) for i in ids if not self.is_special(i)], side)
 
     def piece(self, i: int) -> str:
-        return self.extra[i - self.n_pieces] if i >= self.n_pieces else self.sp.id_to_piece(i)
+        return self.extra[i - self.n_pieces] if i >= self.n_pieces else self._piece(i)
 
-    # ---- persistence -------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
+        self._save_files(directory)
+        meta = {"backend": self.backend, **self._meta(), "extra_symbols": self.extra}
+        (directory / "vocab.json").write_text(json.dumps(meta, indent=0))
+
+    def _meta(self) -> dict:
+        return {}
+
+
+class Vocab(BaseVocab):
+    """A SentencePiece model with docnmt's symbols appended (see module docstring).
+
+    ``Vocab.load`` reads any backend's directory (a Moses+BPE one gives a
+    :class:`docnmt.subword.MosesBPEVocab`)."""
+
+    backend = "spm"
+
+    def __init__(self, model_proto: bytes, extra_symbols: list[str]):
+        self.proto = model_proto
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        super().__init__(self.sp.get_piece_size(), extra_symbols)
+
+    def encode_batch(self, texts: list[str], side: str = "src") -> list[list[int]]:
+        return self.sp.encode(texts)
+
+    def _detokenize(self, ids: list[int], side: str) -> str:
+        return self.sp.decode(ids)
+
+    def _piece(self, i: int) -> str:
+        return self.sp.id_to_piece(i)
+
+    def _save_files(self, directory: Path) -> None:
         (directory / "spm.model").write_bytes(self.proto)
-        (directory / "vocab.json").write_text(json.dumps({"extra_symbols": self.extra}, indent=0))
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Vocab":
+    def load(cls, directory: str | Path) -> BaseVocab:
         directory = Path(directory)
-        if not (directory / "vocab.json").exists() or not (directory / "spm.model").exists():
-            raise DataError("no vocabulary here (spm.model, vocab.json); run `docnmt prepare` first", directory)
-        extra = json.loads((directory / "vocab.json").read_text())["extra_symbols"]
-        return cls((directory / "spm.model").read_bytes(), extra)
+        meta = read_meta(directory)
+        backend = meta.get("backend", "spm")
+        if backend == "moses-bpe":
+            return moses_bpe().load(directory)
+        if backend != "spm":
+            raise ConfigError(f"{directory}/vocab.json: unknown subword backend {backend!r}")
+        require_files(directory, "spm.model")
+        return cls((directory / "spm.model").read_bytes(), meta["extra_symbols"])
 
     @classmethod
     def train(cls, texts: Iterable[str], size: int = 8000, extra_symbols: list[str] | None = None,

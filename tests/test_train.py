@@ -141,3 +141,19 @@ def test_ddp_two_processes_gloo(data, tmp_path):
     p0, p1 = torch.load(out / "params0.pt"), torch.load(out / "params1.pt")
     torch.testing.assert_close(p0, p1)            # replicas stay identical
     assert load_state(last_checkpoint(out))["progress"]["updates"] == 4
+
+
+def test_bf16_autocast_path_trains_on_cpu(data, tmp_path):
+    """The autocast code path (used with bf16 on CUDA) runs on CPU autocast too."""
+    trainer = Trainer(tiny_config(max_update=12, precision="bf16"), data, tmp_path / "m", progress_bar=False)
+    assert trainer.amp_dtype == torch.bfloat16
+    trainer.train()
+    losses = [r["loss"] for r in history(tmp_path / "m") if "loss" in r]
+    assert losses[-1] < losses[0]
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())   # fp32 master weights
+
+
+def test_valid_bleu_is_reported(data, tmp_path):
+    Trainer(tiny_config(max_update=3, valid_bleu=True), data, tmp_path / "m", progress_bar=False).train()
+    rec = [r for r in history(tmp_path / "m") if "valid_bleu" in r]
+    assert rec and 0.0 <= rec[-1]["valid_bleu"] <= 100.0

@@ -1,0 +1,94 @@
+"""End to end through the command line: prepare → train → translate → evaluate → average."""
+import io
+import json
+import sys
+
+import pytest
+
+from _tiny import SHARED, tiny_corpus_files
+from docnmt.cli import main
+from docnmt.readers import read_documents
+
+pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+
+TINY = ["--arch", "transformer_tiny", "--set", "model.d_model=32", "--set", "model.ffn_dim=64",
+        "--max-tokens", "600", "--lr", "3e-3", "--warmup-updates", "10", "--max-epoch", "0",
+        "--patience", "0", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    prefix = tiny_corpus_files(root / "raw")
+    assert main(["prepare", "-s", "en", "-t", "de", "--trainpref", str(prefix), "--validpref", str(prefix),
+                 "--destdir", str(root / "data"), "--vocab-size", "400"]) == 0
+    assert main(["train", str(root / "data"), "--save-dir", str(root / "model"), "--mode", "doc2doc",
+                 "--max-update", "8", "--save-interval-updates", "2", *TINY]) == 0
+    return root, prefix
+
+
+def test_translate_evaluate_and_report(run, capsys):
+    root, prefix = run
+    hyp = root / "hyp.de"
+    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "-o", str(hyp), "--beam", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "coverage:" in err
+    src = read_documents(f"{prefix}.en")
+    out = read_documents(str(hyp), fmt="marker", allow_empty=True)
+    assert [len(d.src) for d in out] == [len(d.src) for d in src]       # one line per source sentence
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", f"{prefix}.de", "--json", str(root / "scores.json")]) == 0
+    table = capsys.readouterr().out
+    assert "d-BLEU" in table and "nrefs:1" in table
+    scores = json.loads((root / "scores.json").read_text())
+    assert 0 <= scores["d_bleu"]["score"] <= 100 and scores["n_docs"] == len(src)
+
+
+def test_output_is_never_overwritten(run, capsys):
+    root, prefix = run
+    target = root / "exists.txt"
+    target.write_text("keep")
+    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "-o", str(target)]) == 2
+    assert target.read_text() == "keep" and "--force" in capsys.readouterr().err
+
+
+def test_translate_stdin_to_jsonl_greedy(run, capsys, monkeypatch):
+    root, _ = run
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"<d>\nHello world.\nThank you.\n")))
+    assert main(["translate", str(root / "model"), "--greedy", "--output-format", "jsonl", "-q"]) == 0
+    obj = json.loads(capsys.readouterr().out.strip())
+    assert obj["src"] == ["Hello world.", "Thank you."] and len(obj["tgt"]) == 2
+
+
+def test_average_and_translate_with_it(run, capsys):
+    root, prefix = run
+    assert main(["average", str(root / "model"), "--last", "3"]) == 0
+    assert (root / "model" / "averaged.safetensors").exists()
+    assert main(["average", str(root / "model"), "--last", "3"]) == 2          # no silent overwrite
+    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "--checkpoint",
+                 str(root / "model" / "averaged.safetensors"), "-q", "--beam", "1"]) == 0
+
+
+def test_compare_two_systems_with_bootstrap(run, capsys):
+    root, prefix = run
+    ref = f"{prefix}.de"
+    assert main(["evaluate", "--hyp", ref, "--ref", ref, "--compare", f"{prefix}.en",
+                 "--bootstrap-samples", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "paired bootstrap" in out and "p =" in out
+
+
+def test_python_api(run):
+    import docnmt
+    root, _ = run
+    docs, report = docnmt.load(root / "model", device="cpu").translate([["Hello world.", "Thank you."]])
+    assert len(docs[0].tgt) == 2 and report.sentences == 2
+
+
+def test_presets_and_help(capsys):
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    for name in ("transformer_base", "transformer_small", "transformer_tiny", "doc2doc_small", "mr_small"):
+        assert name in out
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "--update-freq" in capsys.readouterr().out
