@@ -4,7 +4,7 @@
 
     MODEL_DIR/
       config.yaml          resolved configuration (every value, presets expanded)
-      spm.model vocab.json the subword model and docnmt's symbols
+      spm.model vocab.json the subword model and docnmt's symbols (Moses+BPE: bpe.codes bpe.vocab.json)
       model.safetensors    the weights to translate with (best validation, else last)
       train.log metrics.jsonl learning_curve.png
       checkpoints/

@@ -161,6 +161,8 @@ class MultiheadAttention(nn.Module):
                 k0, v0 = cache[self.name]
                 k, v = torch.cat([k0, k], 2), torch.cat([v0, v], 2)
             cache[self.name] = (k, v)
+            if static_kv:
+                cache.setdefault("_static", set()).add(self.name)
         out = ATTENTION_IMPLS[self.impl](q, k, v, spec, self.dropout if self.training else 0.0)
         b, _, n, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
@@ -411,10 +413,17 @@ class Transformer(nn.Module):
         return loss, nll, int(select.sum())
 
     @staticmethod
-    def reorder_cache(cache: dict, index: Tensor) -> None:
-        for name, kv in cache.items():
-            if name != "_len":
-                cache[name] = (kv[0].index_select(0, index), kv[1].index_select(0, index))
+    def reorder_cache(cache: dict, index: Tensor, static_index: Tensor | None = None) -> None:
+        """Reorder the cached keys/values of decoder self-attention rows by ``index``; the static
+        (cross-attention) ones only by ``static_index``, when rows of whole inputs were dropped
+        (beams of one input share them)."""
+        static = cache.get("_static", set())
+        for name, kv in list(cache.items()):
+            if name.startswith("_"):
+                continue
+            idx = static_index if name in static else index
+            if idx is not None:
+                cache[name] = (kv[0].index_select(0, idx), kv[1].index_select(0, idx))
 
 
 # --------------------------------------------------------------------------------------------

@@ -114,8 +114,11 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eo
         tokens = torch.cat([tokens.index_select(0, order), new_tok[keep].view(-1, 1)], dim=1)
         scores = cont_scores[keep]
         alive = alive[keep]
-        enc = enc.select(order)
-        model.reorder_cache(cache, order)
+        static = None
+        if keep.numel() < n:    # whole inputs finished: drop their rows from the static state too
+            static = (keep[:, None] * K + torch.arange(K, device=device)).view(-1)
+            enc = enc.select(static)
+        model.reorder_cache(cache, order, static)
     return [sorted(f, key=lambda h: -h.score)[: cfg.nbest] for f in finished]
 
 

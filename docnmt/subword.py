@@ -50,7 +50,7 @@ class MosesBPEVocab(BaseVocab):
         self.langs = {"src": src_lang, "tgt": tgt_lang}
         self.bpe = BPE(io.StringIO(codes))
         self.names = ["<pad>", "<unk>", "<s>", "</s>", *self.pieces]
-        self.index = {p: i for i, p in enumerate(self.names) if i >= 4}
+        self.index = {p: i for i, p in enumerate(self.pieces, start=4)}
         super().__init__(len(self.names), extra_symbols)
 
     def encode_batch(self, texts: list[str], side: str = "src") -> list[list[int]]:

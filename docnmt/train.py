@@ -333,8 +333,8 @@ class Trainer:
         from .metrics import evaluate_documents
         from .document import Document
         corpus = self.valid.corpus
-        docs = [Document(corpus.docids[d], [self.vocab.decode(corpus.src[i]) for i in corpus.doc_range(d)])
-                for d in range(corpus.n_docs)]
+        docs = [Document(corpus.docids[d], [self.vocab.decode(corpus.src[i], side="src")
+                                            for i in corpus.doc_range(d)]) for d in range(corpus.n_docs)]
         refs = [[self.vocab.decode(corpus.tgt[i]) for i in corpus.doc_range(d)] for d in range(corpus.n_docs)]
         translator = Translator(self.model, self.vocab, self.cfg, self.device)
         hyps, _ = translator.translate(docs)
