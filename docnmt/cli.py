@@ -235,7 +235,7 @@ def read_sentences(path: str, hypothesis: bool = False) -> list[list[str]]:
     """Documents as sentence lists: marker files, or JSONL written by `docnmt translate`."""
     from .readers import read_documents
     if path.endswith(".jsonl"):
-        docs = read_documents(path, fmt="jsonl")
+        docs = read_documents(path, fmt="jsonl", allow_empty=hypothesis)
         return [d.tgt if d.tgt is not None else d.src for d in docs]
     return [d.src for d in read_documents(path, fmt="marker", allow_empty=hypothesis)]
 

@@ -310,19 +310,19 @@ def _json_error(e: Exception, f: Text, no: int | None) -> DataError:
     return DataError(f"invalid JSON: {getattr(e, 'msg', e)}{where}", f.name, no)
 
 
-def _sentences(value, what: str, name: str, no: int | None) -> list[str]:
-    """``value`` as a non-empty list of non-empty one-line strings, stripped."""
+def _sentences(value, what: str, name: str, no: int | None, allow_empty: bool = False) -> list[str]:
+    """``value`` as a non-empty list of one-line strings (non-empty unless ``allow_empty``), stripped."""
     if not isinstance(value, list) or not value:
         raise DataError(f"{what}: expected a non-empty list of sentences", name, no)
     for k, s in enumerate(value):
-        if not isinstance(s, str) or not s.strip() or "\n" in s or "\r" in s:
+        if not isinstance(s, str) or (not s.strip() and not allow_empty) or "\n" in s or "\r" in s:
             raise DataError(f"{what}[{k}]: expected a non-empty one-line string, got {s!r}",
                             name, no)
     return [s.strip() for s in value]
 
 
-def _jsonl(f: Text, src_key: str = "src", tgt_key: str = "tgt",
-           id_key: str = "id") -> list[Document]:
+def _jsonl(f: Text, src_key: str = "src", tgt_key: str = "tgt", id_key: str = "id",
+           allow_empty: bool = False) -> list[Document]:
     docs, lines = [], []
     for no, line in enumerate(f.lines, 1):
         if not line.strip():
@@ -334,7 +334,7 @@ def _jsonl(f: Text, src_key: str = "src", tgt_key: str = "tgt",
         if not isinstance(obj, dict):
             raise DataError("expected a JSON object", f.name, no)
         src = _sentences(obj.get(src_key), src_key, f.name, no)
-        tgt = None if obj.get(tgt_key) is None else _sentences(obj[tgt_key], tgt_key, f.name, no)
+        tgt = None if obj.get(tgt_key) is None else _sentences(obj[tgt_key], tgt_key, f.name, no, allow_empty)
         if tgt is not None and len(tgt) != len(src):
             raise DataError(f"{len(src)} {src_key} sentences but {len(tgt)} {tgt_key}", f.name, no)
         if docs and (tgt is None) != (docs[0].tgt is None):
@@ -446,8 +446,8 @@ def read_documents(src, tgt=None, fmt: str = "auto", docids=None, allow_empty: b
 
     ``auto`` picks by extension (``.jsonl``, ``.xml``/``.sgm``, ``.json`` for BConTrasT), then
     by content: a ``<d>`` line means marker, blank lines between sentences blankline, else plain.
-    ``kw`` are the key names of :func:`read_jsonl`. ``allow_empty`` (marker format) accepts
-    empty sentences, as system outputs may contain them.
+    ``kw`` are the key names of :func:`read_jsonl`. ``allow_empty`` accepts empty sentences
+    (marker lines, JSONL targets), as system outputs may contain them.
     """
     if fmt not in FORMATS:
         raise ConfigError(f"unknown input format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -459,7 +459,7 @@ def read_documents(src, tgt=None, fmt: str = "auto", docids=None, allow_empty: b
         if tgt is not None or docids is not None:
             raise ConfigError(f"format {fmt} holds both sides and ids in one file: "
                               "give no separate target or docids file")
-        return _jsonl(a, **kw) if fmt == "jsonl" else _bcontrast(a)
+        return _jsonl(a, **kw, allow_empty=allow_empty) if fmt == "jsonl" else _bcontrast(a)
     if docids is not None and fmt not in ("marker", "blankline"):
         raise ConfigError(f"a docids file applies to the marker and blankline formats, not {fmt}")
     b = _load(tgt)

@@ -92,3 +92,12 @@ def test_presets_and_help(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "--update-freq" in capsys.readouterr().out
+
+
+def test_jsonl_output_evaluates(run, capsys):
+    root, prefix = run
+    hyp = root / "hyp.jsonl"
+    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "-o", str(hyp), "--output-format",
+                 "jsonl", "-q", "--beam", "1", "--max-len-b", "2"]) == 0
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", f"{prefix}.de"]) == 0
+    assert "s-BLEU" in capsys.readouterr().out
