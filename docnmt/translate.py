@@ -44,7 +44,8 @@ class CoverageReport:
         ok = self.documents - len(self.documents_with_problems)
         return (f"coverage: {ok}/{self.documents} documents fully recovered, "
                 f"{self.empty_sentences}/{self.sentences} sentences empty, "
-                f"{self.malformed_instances}/{self.instances} instances repaired")
+                f"{self.malformed_instances}/{self.instances} instances with merged or missing sentences "
+                "(repaired by the SPEC §8.1 rules)")
 
 
 class Translator:
@@ -94,6 +95,7 @@ class Translator:
         outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
         report = CoverageReport(documents=len(docs), sentences=corpus.n_sents, instances=len(iset))
         sentence_targets = not self.cfg.data.is_document_level
+        bad_docs: set[int] = set()     # documents with an instance whose sentences came back merged
         batches = token_batches(iset.src_lens, np.zeros_like(iset.src_lens), self.cfg.decode.max_tokens,
                                 shuffle=False, max_sentences=self.cfg.decode.max_sentences)
         bar = tqdm(total=len(iset), desc="translate", unit="inst", disable=not progress, leave=False)
@@ -105,15 +107,16 @@ class Translator:
                 _, end, tstart = iset.rows[k]
                 for rank, hyp in enumerate(nbest):
                     sents, ok = self.joiner.split(hyp.tokens, int(end - tstart))
-                    if rank == 0:
-                        report.malformed_instances += not ok
+                    if rank == 0 and not ok:
+                        report.malformed_instances += 1
+                        bad_docs.add(int(np.searchsorted(corpus.doc_offsets, tstart, side="right")) - 1)
                     for j, toks in enumerate(sents):
                         outputs[tstart + j].append(toks)
             bar.update(len(idx))
         bar.close()
-        return self._assemble(docs, corpus, outputs, report), report
+        return self._assemble(docs, corpus, outputs, report, bad_docs), report
 
-    def _assemble(self, docs, corpus, outputs, report) -> list[Document]:
+    def _assemble(self, docs, corpus, outputs, report, bad_docs) -> list[Document]:
         for d, doc in enumerate(docs):
             texts = [[self.vocab.decode(t) for t in outputs[i]] for i in corpus.doc_range(d)]
             doc.tgt = [n[0] if n else "" for n in texts]
@@ -121,7 +124,7 @@ class Translator:
                 doc.meta["nbest"] = texts
             empty = sum(1 for t in doc.tgt if not t.strip())
             report.empty_sentences += empty
-            if empty:
+            if empty or d in bad_docs:
                 report.documents_with_problems.append(doc.docid)
         return docs
 

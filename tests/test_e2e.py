@@ -101,3 +101,24 @@ def test_jsonl_output_evaluates(run, capsys):
                  "jsonl", "-q", "--beam", "1", "--max-len-b", "2"]) == 0
     assert main(["evaluate", "--hyp", str(hyp), "--ref", f"{prefix}.de"]) == 0
     assert "s-BLEU" in capsys.readouterr().out
+
+
+def test_coverage_report_counts_merged_and_empty_sentences(run, monkeypatch):
+    """A Doc2Doc output without separators: its words land in the first sentence (SPEC §8.1),
+    the others come back empty, and the report says so."""
+    import docnmt
+    from docnmt import translate as tmod
+    from docnmt.search import Hypothesis
+    root, _ = run
+    tr = docnmt.load(root / "model", device="cpu")
+    word = tr.vocab.encode("Hallo")
+
+    def fake_search(model, src, cfg, bos, eos, **kw):
+        return [[Hypothesis(word * 3, 0.0)] for _ in range(src.size(0))]
+    monkeypatch.setattr(tmod, "beam_search", fake_search)
+    docs, report = tr.translate([["One.", "Two.", "Three."], ["Alone."]])
+    assert docs[0].tgt == [tr.vocab.decode(word * 3), "", ""]
+    assert docs[1].tgt == [tr.vocab.decode(word * 3)]
+    assert report.malformed_instances == 1 and report.empty_sentences == 2
+    assert report.documents_with_problems == ["0"]
+    assert "1/2 documents fully recovered" in report.summary()
