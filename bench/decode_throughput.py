@@ -25,6 +25,7 @@ def main():
     ap.add_argument("--docs", type=int, default=12, help="TED talks to translate")
     ap.add_argument("--check-docs", type=int, default=1, help="talks re-translated unbatched")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", default="fp32", help="fp32 | bf16 (autocast)")
     a = ap.parse_args()
     common.set_threads(a.threads)
     import docnmt
@@ -32,7 +33,7 @@ def main():
     tr = docnmt.load(a.model, device="cpu")
     docs = read_documents(str(common.SHARED / "ende/valid/ted.en"), fmt="marker")[: a.docs]
     search = tr.cfg.decode.__class__(**{**vars(tr.cfg.decode), "beam": a.beam, "max_sentences": a.batch_size,
-                                        "max_tokens": a.batch_tokens})
+                                        "max_tokens": a.batch_tokens, "precision": a.precision})
     tr.translate(docs[:1], search)                                   # warm-up
     with common.Timer() as t:
         out, report = tr.translate(docs, search)
@@ -40,14 +41,14 @@ def main():
     single = tr.cfg.decode.__class__(**{**vars(search), "max_sentences": 1})
     check, _ = tr.translate(docs[: a.check_docs], single)
     same = all(x.tgt == y.tgt for x, y in zip(out, check))
-    r = {"model": a.model, "mode": tr.cfg.data.mode, "beam": a.beam, "batch_size": a.batch_size,
+    r = {"model": a.model, "mode": tr.cfg.data.mode, "precision": a.precision, "beam": a.beam, "batch_size": a.batch_size,
          "documents": len(docs), "sentences": report.sentences, "instances": report.instances,
          "target_tokens": tokens, "seconds": t.seconds, "target_tokens_per_s": tokens / t.seconds,
          "batched_equals_unbatched": same, "threads": a.threads, "coverage": report.summary()}
     print(f"{r['mode']}: {r['instances']} instances, {tokens} target tokens in {t.seconds:.1f} s = "
-          f"{r['target_tokens_per_s']:.0f} tok/s (beam {a.beam}, batch {a.batch_size}); "
+          f"{r['target_tokens_per_s']:.0f} tok/s (beam {a.beam}, batch {a.batch_size}, {a.precision}); "
           f"batched == unbatched on {a.check_docs} talk(s): {same}")
-    common.save(f"decode_{tr.cfg.data.mode}_b{a.batch_size}", r)
+    common.save(f"decode_{tr.cfg.data.mode}_b{a.batch_size}_{a.precision}", r)
     return 0 if same else 1
 
 

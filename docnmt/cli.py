@@ -33,7 +33,7 @@ TRAIN_FLAGS = {
     "--label-smoothing": ("train.label_smoothing", float, "label smoothing epsilon"),
     "--clip-norm": ("train.clip_norm", float, "gradient clipping (0 = off)"),
     "--seed": ("train.seed", int, "random seed"),
-    "--precision": ("train.precision", str, "auto | fp32 | bf16 | fp16 (autocast on CUDA)"),
+    "--precision": ("train.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16 (autocast)"),
     "--validate-interval-updates": ("train.validate_interval_updates", int, "validate every N updates"),
     "--save-interval-updates": ("train.save_interval_updates", int, "checkpoint every N updates"),
     "--keep-last": ("train.keep_last", int, "checkpoints kept (for averaging)"),
@@ -51,6 +51,7 @@ DECODE_FLAGS = {
     "--nbest": ("decode.nbest", int, "hypotheses kept per input (JSONL output)"),
     "--batch-tokens": ("decode.max_tokens", int, "source tokens per decoding batch"),
     "--batch-size": ("decode.max_sentences", int, "instances per decoding batch"),
+    "--precision": ("decode.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 (autocast)"),
 }
 
 
@@ -175,7 +176,7 @@ def cmd_prepare(args) -> int:
 def cmd_train(args) -> int:
     from .config import Config
     from .train import Trainer
-    overrides = collect_overrides(args, {**TRAIN_FLAGS, **DECODE_FLAGS})
+    overrides = collect_overrides(args, {**DECODE_FLAGS, **TRAIN_FLAGS})
     if args.valid_bleu:
         overrides["train.valid_bleu"] = True
     if args.config and args.arch:

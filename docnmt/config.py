@@ -56,6 +56,7 @@ class TrainConfig:
 class DecodeConfig(SearchConfig):
     max_tokens: int = 8000       # source tokens per decoding batch
     max_sentences: int = 64      # instances per decoding batch
+    precision: str = "auto"      # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
 
 
 @dataclass

@@ -122,3 +122,13 @@ def test_coverage_report_counts_merged_and_empty_sentences(run, monkeypatch):
     assert report.malformed_instances == 1 and report.empty_sentences == 2
     assert report.documents_with_problems == ["0"]
     assert "1/2 documents fully recovered" in report.summary()
+
+
+def test_bf16_decoding_path(run, capsys):
+    """bf16 autocast decoding (the CUDA default) also runs on CPU."""
+    root, prefix = run
+    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "--precision", "bf16", "-q",
+                 "--beam", "2", "--max-len-b", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("<d>") == len(read_documents(f"{prefix}.en"))
+    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "--precision", "fp8", "-q"]) == 2
