@@ -18,7 +18,7 @@ import tempfile
 import common
 
 
-def one(preset: str, kind: str, updates: int, warmup: int, threads: int, max_tokens: int) -> dict:
+def one(preset: str, kind: str, updates: int, warmup: int, threads: int, max_tokens: int, precision: str) -> dict:
     import numpy as np
     import torch
     from docnmt.config import Config
@@ -26,7 +26,8 @@ def one(preset: str, kind: str, updates: int, warmup: int, threads: int, max_tok
     common.set_threads(threads)
     data = common.tier_m_data()
     mode = {"sent": "sent2sent", "doc": "doc2doc"}[kind]
-    cfg = Config.load(preset).override({"data.mode": mode, "train.max_tokens": max_tokens})
+    cfg = Config.load(preset).override({"data.mode": mode, "train.max_tokens": max_tokens,
+                                        "train.precision": precision})
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, data, f"{tmp}/m", progress_bar=False)
         batches = trainer.epoch_batches(1)
@@ -45,7 +46,7 @@ def one(preset: str, kind: str, updates: int, warmup: int, threads: int, max_tok
     return {"preset": preset, "kind": kind, "updates": updates, "target_tokens": tokens,
             "target_padding": 1 - tokens / pad_tokens, "seconds": t.seconds,
             "target_tokens_per_s": tokens / t.seconds, "peak_memory_mb": mem, "threads": threads,
-            "device": "cuda" if torch.cuda.is_available() else "cpu"}
+            "precision": precision, "device": "cuda" if torch.cuda.is_available() else "cpu"}
 
 
 def main():
@@ -56,10 +57,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--precision", default="fp32", help="fp32 | bf16 (autocast, also on CPU)")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one(*a.one, a.updates, a.warmup, a.threads, a.max_tokens)))
+        print(json.dumps(one(*a.one, a.updates, a.warmup, a.threads, a.max_tokens, a.precision)))
         return
     common.tier_m_data()
     results = []
@@ -67,12 +69,13 @@ def main():
         for kind in a.kinds:
             out = subprocess.run([sys.executable, __file__, "--one", preset, kind, "--updates", str(a.updates),
                                   "--warmup", str(a.warmup), "--threads", str(a.threads),
-                                  "--max-tokens", str(a.max_tokens)], capture_output=True, text=True, check=True)
+                                  "--max-tokens", str(a.max_tokens), "--precision", a.precision],
+                                 capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             results.append(r)
-            print(f"{preset:18s} {kind:4s} {r['target_tokens_per_s']:8.0f} tgt tok/s  "
+            print(f"{preset:18s} {kind:4s} {a.precision} {r['target_tokens_per_s']:8.0f} tgt tok/s  "
                   f"padding {100 * r['target_padding']:4.1f}%  peak {r['peak_memory_mb']:7.0f} MB", flush=True)
-    common.save("train_throughput", results)
+    common.save(f"train_throughput_{a.precision}_{'_'.join(a.presets)}", results)
 
 
 if __name__ == "__main__":
