@@ -209,9 +209,9 @@ class Trainer:
         if self.progress.epoch > 1:
             self.train_set = self.make_train_set(self.progress.epoch)
         log.info("resumed from %s at update %d (epoch %d)", path, self.progress.updates, self.progress.epoch)
-        if self.progress_bar:
-            tqdm.write(f"resuming from {path} (update {self.progress.updates}, epoch {self.progress.epoch})",
-                       file=sys.stderr)
+        if self.dist.main:
+            print(f"resuming from {path} (update {self.progress.updates}, epoch {self.progress.epoch})",
+                  file=sys.stderr)
 
     def _tensorboard(self):
         if not (self.cfg.train.tensorboard_dir and self.dist.main):
