@@ -84,14 +84,17 @@ def save_checkpoint(directory: Path, name: str, model: torch.nn.Module, state: d
     try:
         save_file(state_dict_unique(model), str(tmp / WEIGHTS))
         torch.save(state, tmp / STATE)
-        if final.exists():
-            shutil.rmtree(final)
+        aside = ckpts / f".{name}.old"
+        if final.exists():              # re-saving the same update: keep the old one until replaced
+            os.replace(final, aside)
         os.replace(tmp, final)
+        shutil.rmtree(aside, ignore_errors=True)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
     atomic_write(ckpts / "LAST", lambda t: Path(t).write_text(name))
-    for old in list_checkpoints(directory)[:-keep_last] if keep_last > 0 else []:
+    older = [p for p in list_checkpoints(directory) if p != final]
+    for old in older[: max(0, len(older) - (keep_last - 1))] if keep_last > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
 

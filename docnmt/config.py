@@ -165,10 +165,16 @@ def _coerce(klass, key: str, value):
         return bool(value)
     if isinstance(default, tuple):
         return tuple(float(x) for x in (value.split(",") if isinstance(value, str) else value))
-    if isinstance(default, (int, float, str)) and not isinstance(value, type(default)):
+    if isinstance(default, str):
+        return "" if value is None else str(value)
+    if isinstance(default, (int, float)) and not isinstance(value, type(default)):
         try:
-            return type(default)(float(value)) if isinstance(default, int) and not isinstance(value, str) \
-                else type(default)(value)
+            number = float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"{key} must be a {type(default).__name__}, not {value!r}") from None
+            raise ValueError(f"{key} must be a number, not {value!r}") from None
+        if isinstance(default, int):
+            if not number.is_integer():
+                raise ValueError(f"{key} must be a whole number, not {value!r}")
+            return int(number)
+        return number
     return value

@@ -479,5 +479,7 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
 def projected_label_smoothed_ce(hidden: Tensor, weight: Tensor, target: Tensor, eps: float,
                                 chunk: int = 256) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy of ``hidden @ weight.T`` (see the class above)."""
+    if not torch.is_grad_enabled():   # validation: skip the gradient products
+        hidden, weight = hidden.detach(), weight.detach()
     loss, nll = _ProjectedLabelSmoothedCE.apply(hidden, weight, target, eps, chunk)
     return loss, nll.detach()

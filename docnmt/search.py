@@ -55,7 +55,7 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eo
     pre_len = torch.tensor([len(p) for p in prefix] if prefix else [0] * B, device=device)
     max_pos = model.cfg.max_positions - 1
     max_len = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long() + pre_len
-    max_len = max_len.clamp(max=max_pos)
+    max_len = torch.maximum(max_len.clamp(max=max_pos), pre_len + 1)   # room for a forced prefix
     forced = _prefix_tensor(prefix, B, device)
 
     rows = torch.arange(B, device=device).repeat_interleave(K)       # input sentence of each row
@@ -72,16 +72,17 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eo
         n = alive.numel()
         hidden = model.decode(tokens, enc, cache)[:, -1]
         lprobs = torch.log_softmax(model.output_projection(hidden).float(), dim=-1)
+        eos_lprob = lprobs[:, eos].clone()        # what ending costs when the length limit forces it
         lprobs[:, banned_t] = float("-inf")
         row_sent = alive.repeat_interleave(K)
         for proc in processors:
             proc(step, tokens, lprobs, row_sent)
         lim = max_len[row_sent]
-        if step < cfg.min_len:
-            lprobs[(pre_len[row_sent] + cfg.min_len > step), eos] = float("-inf")
+        lprobs[pre_len[row_sent] + cfg.min_len > step, eos] = float("-inf")
         at_max = step >= lim
-        lprobs[at_max] = float("-inf")
-        lprobs[at_max, eos] = 0.0
+        if at_max.any():
+            lprobs[at_max] = float("-inf")
+            lprobs[at_max, eos] = eos_lprob[at_max]
         if forced is not None:
             _force_prefix(lprobs, forced[row_sent], step)
         V = lprobs.size(1)

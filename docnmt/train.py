@@ -87,6 +87,8 @@ class Distributed:
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if self.world > 1 and torch.cuda.is_available():
+            torch.cuda.set_device(self.local_rank)
         if self.world > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 
@@ -118,6 +120,10 @@ class Trainer:
         self.cfg, self.data_dir, self.save_dir = cfg, Path(data_dir), Path(save_dir)
         self.dist = Distributed()
         tc = cfg.train
+        if tc.best_metric not in ("loss", "nll_loss", "bleu"):
+            raise DocnmtError(f"unknown best_metric {tc.best_metric!r}: use loss, nll_loss or bleu")
+        if tc.best_metric == "bleu" and not tc.valid_bleu:
+            raise DocnmtError("best_metric bleu needs valid BLEU: add --valid-bleu")
         if tc.threads > 0:
             torch.set_num_threads(tc.threads)
         self.device = torch.device(f"cuda:{self.dist.local_rank}" if torch.cuda.is_available() else "cpu")
@@ -139,7 +145,7 @@ class Trainer:
                                           eps=tc.adam_eps, weight_decay=tc.weight_decay, fused=True)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt(tc.lr, tc.warmup_updates))
         self.progress = Progress()
-        self._saved_at = -1
+        self._validated_at = -1
         self._prepare_save_dir(force, init_from)
         self.ddp = self.model
         if self.dist.world > 1:
@@ -204,7 +210,7 @@ class Trainer:
         if "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
         self.progress = Progress.from_dict(state["progress"])
-        self._saved_at = self.progress.updates
+        self._validated_at = self.progress.updates
         torch.set_rng_state(state["rng"][self.dist.rank] if self.dist.rank < len(state["rng"]) else state["rng"][0])
         if self.progress.epoch > 1:
             self.train_set = self.make_train_set(self.progress.epoch)
@@ -252,7 +258,8 @@ class Trainer:
                 p.batch_in_epoch += len(group)
                 window["loss"] += loss; window["nll"] += nll; window["tokens"] += ntok
                 bar.update(1)
-                if p.updates % tc.log_interval == 0 or p.batch_in_epoch >= len(batches) or self.done():
+                if (tc.log_interval > 0 and p.updates % tc.log_interval == 0) or p.batch_in_epoch >= len(batches) \
+                        or self.done():
                     self._log_train(window, bar)
                 if tc.validate_interval_updates and p.updates % tc.validate_interval_updates == 0:
                     self.validate_and_save(f"u{p.updates:08d}")
@@ -268,7 +275,7 @@ class Trainer:
                 self.train_set = self.make_train_set(p.epoch)
                 if metrics is not None:
                     self.validate_and_save(f"u{p.updates:08d}", metrics)
-        if p.updates != self._saved_at:   # stopped inside an epoch (max_update, max_minutes)
+        if p.updates != self._validated_at:   # stopped inside an epoch (max_update, max_minutes)
             self.validate_and_save(f"u{p.updates:08d}")
         if self.dist.main:
             if not (self.save_dir / WEIGHTS).exists():
@@ -346,6 +353,7 @@ class Trainer:
         """Validate (unless ``metrics`` are given), update early stopping, save a checkpoint."""
         metrics = self.validate() if metrics is None else metrics
         p, tc = self.progress, self.cfg.train
+        self._validated_at = p.updates
         improved = False
         if metrics:
             key = {"loss": "valid_loss", "nll_loss": "valid_nll_loss", "bleu": "valid_bleu"}[tc.best_metric]
@@ -364,7 +372,6 @@ class Trainer:
         self.save(name, best=improved or not metrics)
 
     def save(self, name: str, best: bool = False) -> None:
-        self._saved_at = self.progress.updates
         if self.dist.main:
             state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                      "scaler": self.scaler.state_dict(), "progress": self.progress.to_dict(),

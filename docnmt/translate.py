@@ -96,8 +96,9 @@ class Translator:
         report = CoverageReport(documents=len(docs), sentences=corpus.n_sents, instances=len(iset))
         sentence_targets = not self.cfg.data.is_document_level
         bad_docs: set[int] = set()     # documents with an instance whose sentences came back merged
-        batches = token_batches(iset.src_lens, np.zeros_like(iset.src_lens), self.cfg.decode.max_tokens,
-                                shuffle=False, max_sentences=self.cfg.decode.max_sentences)
+        batches = token_batches(iset.src_lens, np.zeros_like(iset.src_lens),
+                                getattr(search, "max_tokens", self.cfg.decode.max_tokens), shuffle=False,
+                                max_sentences=getattr(search, "max_sentences", self.cfg.decode.max_sentences))
         bar = tqdm(total=len(iset), desc="translate", unit="inst", disable=not progress, leave=False)
         amp = autocast_dtype(getattr(search, "precision", "auto"), self.device)
         for idx in batches:

@@ -163,3 +163,14 @@ def test_console_script_exits_2_without_traceback(corpus, tmp_path):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("docnmt: error: ") and proc.stderr.count("\n") == 1
     assert f"{paths['en']}:3: line counts differ" in proc.stderr
+
+
+def test_numbers_in_float_notation_are_accepted_for_integers():
+    from docnmt.config import Config
+    from docnmt.errors import ConfigError
+    cfg = Config.load("transformer_tiny").override({"train.max_update": "1e3", "train.adam_betas": "0.9,0.98",
+                                                    "train.valid_bleu": "true", "train.tensorboard_dir": None})
+    assert cfg.train.max_update == 1000 and cfg.train.adam_betas == (0.9, 0.98) and cfg.train.valid_bleu
+    assert cfg.train.tensorboard_dir == ""
+    with pytest.raises(ConfigError, match="whole number"):
+        Config.load("transformer_tiny").override({"train.warmup_updates": 0.5})

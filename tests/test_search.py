@@ -100,3 +100,24 @@ def test_translate_walk_returns_one_line_per_sentence(tmp_path, mode):
     assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
     assert report.sentences == sum(len(d.src) for d in docs)
     assert report.documents == 2
+
+
+def test_min_len_counts_after_a_forced_prefix(trained):
+    tr, _ = trained
+    src, _ = sources(tr, 3)
+    out = beam_search(tr.model, src, SearchConfig(beam=3, min_len=2, max_len_b=6), 2, 3, banned=[0, 2],
+                      prefix=[[5, 6, 7]] * 3)
+    assert all(len(h[0].tokens) >= 2 for h in out)
+
+
+def test_length_limit_ends_with_the_models_eos_cost(trained):
+    """A hypothesis cut at the length limit pays the model's log-probability of </s>."""
+    tr, _ = trained
+    src, _ = sources(tr, 1)
+    hyp = beam_search(tr.model, src, SearchConfig(beam=1, max_len_a=0, max_len_b=2, lenpen=0.0, min_len=3),
+                      2, 3, banned=[0, 2])[0][0]
+    tokens = torch.tensor([[2] + hyp.tokens])
+    with torch.no_grad():
+        lp = torch.log_softmax(tr.model(src, tokens), -1)[0]
+    expected = sum(float(lp[i, t]) for i, t in enumerate(hyp.tokens + [3]))
+    assert hyp.score == pytest.approx(expected, abs=1e-4)

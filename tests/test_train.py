@@ -157,3 +157,14 @@ def test_valid_bleu_is_reported(data, tmp_path):
     Trainer(tiny_config(max_update=3, valid_bleu=True), data, tmp_path / "m", progress_bar=False).train()
     rec = [r for r in history(tmp_path / "m") if "valid_bleu" in r]
     assert rec and 0.0 <= rec[-1]["valid_bleu"] <= 100.0
+
+
+def test_final_update_is_validated_even_on_a_save_interval(data, tmp_path):
+    Trainer(tiny_config(max_update=4, save_interval_updates=2), data, tmp_path / "m", progress_bar=False).train()
+    assert any(r.get("updates") == 4 and "valid_loss" in r for r in history(tmp_path / "m"))
+    assert [c.name for c in list_checkpoints(tmp_path / "m")][-1] == "u00000004"
+
+
+def test_bleu_as_best_metric_needs_valid_bleu(data, tmp_path):
+    with pytest.raises(DocnmtError, match="--valid-bleu"):
+        Trainer(tiny_config(max_update=2, best_metric="bleu"), data, tmp_path / "m", progress_bar=False)
