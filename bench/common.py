@@ -44,6 +44,14 @@ def save(name: str, results) -> Path:
     return path
 
 
+def run_isolated(script: str, *args) -> dict:
+    """Run ``script`` with ``args`` in a fresh process (so peak memory is its own); return the JSON
+    object it prints last."""
+    import subprocess
+    out = subprocess.run([sys.executable, script, *map(str, args)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 class Timer:
     def __enter__(self):
         self.t0 = time.perf_counter()

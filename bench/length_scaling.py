@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 
 import common
 
@@ -62,9 +60,8 @@ def main():
     common.tier_m_data()
     results = []
     for n in a.lengths:
-        out = subprocess.run([sys.executable, __file__, "--preset", a.preset, "--one", str(n), "--threads",
-                              str(a.threads), "--repeats", str(a.repeats)], capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r = common.run_isolated(__file__, "--preset", a.preset, "--one", n, "--threads", a.threads,
+                                "--repeats", a.repeats)
         results.append(r)
         print(f"L={n:5d}  fwd+bwd {r['seconds']:7.3f} s  peak {r['peak_memory_mb']:7.0f} MB "
               f"(+{r['memory_over_model_mb']:.0f} MB over the model)", flush=True)

@@ -22,7 +22,6 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     common.set_threads(a.threads)
-    import torch
     from torch.profiler import ProfilerActivity, profile
     from docnmt.config import Config
     from docnmt.train import Trainer

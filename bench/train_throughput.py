@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 
 import common
@@ -67,11 +65,8 @@ def main():
     results = []
     for preset in a.presets:
         for kind in a.kinds:
-            out = subprocess.run([sys.executable, __file__, "--one", preset, kind, "--updates", str(a.updates),
-                                  "--warmup", str(a.warmup), "--threads", str(a.threads),
-                                  "--max-tokens", str(a.max_tokens), "--precision", a.precision],
-                                 capture_output=True, text=True, check=True)
-            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r = common.run_isolated(__file__, "--one", preset, kind, "--updates", a.updates, "--warmup", a.warmup,
+                                    "--threads", a.threads, "--max-tokens", a.max_tokens, "--precision", a.precision)
             results.append(r)
             print(f"{preset:18s} {kind:4s} {a.precision} {r['target_tokens_per_s']:8.0f} tgt tok/s  "
                   f"padding {100 * r['target_padding']:4.1f}%  peak {r['peak_memory_mb']:7.0f} MB", flush=True)

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .checkpoint import (WEIGHTS, last_checkpoint, load_state, load_weights, save_checkpoint,
