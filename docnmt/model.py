@@ -165,6 +165,8 @@ class MultiheadAttention(nn.Module):
             if not static_kv and self.name in cache:
                 k0, v0 = cache[self.name]
                 k, v = torch.cat([k0, k], 2), torch.cat([v0, v], 2)
+            elif static_kv:       # computed once, read every step: make them contiguous once
+                k, v = k.contiguous(), v.contiguous()
             cache[self.name] = (k, v)
             if static_kv:
                 cache.setdefault("_static", set()).add(self.name)
