@@ -23,7 +23,6 @@ from .errors import ConfigError, DataError
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 DEFAULT_MAX_SEP = 512
-SPECIAL_RE = re.compile(r"<(?:s|/s|pad|unk|mask|eod|sep\d*|sos|eos|idx_\d+)>")
 
 
 def default_symbols(max_sep: int = DEFAULT_MAX_SEP) -> list[str]:
