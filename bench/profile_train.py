@@ -1,6 +1,6 @@
 """Where the time of a training update goes: torch profiler over Tier M updates.
 
-    python bench/profile_train.py [--preset transformer_small] [--kind sent|doc] [--updates 8]
+    python bench/profile_train.py [--preset transformer_small] [--kind sent|doc] [--updates 8] [--precision bf16]
 
 Prints the top operators by self CPU time and the share of matrix multiplications, and the
 achieved matmul FLOP rate (forward + backward ≈ 3 × forward FLOPs of the linear layers and
@@ -20,13 +20,15 @@ def main():
     ap.add_argument("--kind", default="sent", choices=["sent", "doc"])
     ap.add_argument("--updates", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", default="fp32", help="fp32 | bf16 (autocast, also on CPU)")
     a = ap.parse_args()
     common.set_threads(a.threads)
     from torch.profiler import ProfilerActivity, profile
     from docnmt.config import Config
     from docnmt.train import Trainer
     data = common.tier_m_data()
-    cfg = Config.load(a.preset).override({"data.mode": {"sent": "sent2sent", "doc": "doc2doc"}[a.kind]})
+    cfg = Config.load(a.preset).override({"data.mode": {"sent": "sent2sent", "doc": "doc2doc"}[a.kind],
+                                         "train.precision": a.precision})
     with tempfile.TemporaryDirectory() as tmp:
         tr = Trainer(cfg, data, f"{tmp}/m", progress_bar=False)
         batches = [tr.train_set.collate(b) for b in tr.epoch_batches(1)[: a.updates + 2]]

@@ -4,8 +4,9 @@ import math
 import pytest
 import torch
 
-from docnmt.model import (AttentionPolicy, AttnSpec, ModelConfig, MultiheadAttention, Transformer,
-                          attention_reference, attention_sdpa, sinusoidal_table)
+from docnmt import model as model_module
+from docnmt.model import (AttentionPolicy, AttnSpec, Dropout, ModelConfig, MultiheadAttention, Transformer,
+                          attention_reference, attention_sdpa, linear, sinusoidal_table)
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
 
@@ -202,3 +203,57 @@ def test_fused_projection_loss_gradients(chunk):
     torch.testing.assert_close(loss, ref)
     torch.testing.assert_close(h.grad, h2.grad)
     torch.testing.assert_close(w.grad, w2.grad)
+
+
+# ---- CPU speed paths: same numbers as the plain torch ops ------------------------------------------
+
+@pytest.mark.parametrize("shape,out", [((3, 401, 24), 300), ((300, 24), 4100), ((5, 7, 24), 16)])
+def test_linear_fast_path_matches_f_linear(shape, out, monkeypatch):
+    """Large products go through oneDNN (rows padded to a bucket); values and gradients of x, W
+    and b are those of F.linear. Small ones (the last case) go through F.linear itself."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g, requires_grad=True)
+    w = torch.randn(out, shape[-1], generator=g, requires_grad=True)
+    b = torch.randn(out, generator=g, requires_grad=True)
+    grad = torch.randn(*shape[:-1], out, generator=g)
+    results = []
+    for fast in (True, False):
+        monkeypatch.setattr(model_module, "USE_ONEDNN", fast)
+        y = linear(x, w, b)
+        onednn = "OneDNN" in type(y.grad_fn).__name__
+        assert onednn == (fast and out > 16 and model_module._ONEDNN_LINEAR is not None)
+        y.backward(grad)
+        results.append((y.detach(), x.grad, w.grad, b.grad))
+        x.grad = w.grad = b.grad = None
+    for fast, plain in zip(*results):
+        torch.testing.assert_close(fast, plain, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        torch.testing.assert_close(linear(x, w, b), torch.nn.functional.linear(x, w, b), rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_dropout_is_unbiased_and_its_gradient_is_its_mask():
+    torch.manual_seed(0)
+    drop = Dropout(0.25).train()
+    x = torch.ones(200, 500, requires_grad=True)
+    y = drop(x)
+    kept = y.detach() != 0
+    assert abs(1 - kept.float().mean().item() - 0.25) < 0.01            # P(drop) = p
+    assert torch.allclose(y.detach()[kept], torch.tensor(1 / 0.75))     # survivors scaled by 1/(1-p)
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())                              # d(x·s)/dx = s
+    assert drop.eval()(x) is x
+
+
+def test_bf16_attention_gradients_close_to_fp32():
+    """On CPU, bf16 training attention is computed in fp32 (the bf16 backward kernel is slow)."""
+    q, k, v = (t.requires_grad_() for t in rand_qkv(nq=7))
+    spec = AttnSpec(is_causal=True)
+    out = attention_sdpa(*(t.bfloat16() for t in (q, k, v)), spec)
+    assert out.dtype == torch.bfloat16
+    out.float().sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    attention_sdpa(q, k, v, spec).sum().backward()
+    for g16, g32 in zip(grads, (q.grad, k.grad, v.grad)):
+        torch.testing.assert_close(g16, g32, rtol=0.05, atol=0.05)
