@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from .checkpoint import (WEIGHTS, last_checkpoint, load_state, load_weights, save_checkpoint,
+from .checkpoint import (WEIGHTS, atomic_write, last_checkpoint, load_state, load_weights, save_checkpoint,
                          save_weights)
 from .config import Config
 from .data import Corpus, InstanceSet, Joiner, build_instances, token_batches
@@ -215,8 +215,19 @@ class Trainer:
             self.train_set = self.make_train_set(self.progress.epoch)
         log.info("resumed from %s at update %d (epoch %d)", path, self.progress.updates, self.progress.epoch)
         if self.dist.main:
+            self._forget_metrics_after(self.progress.updates)
             print(f"resuming from {path} (update {self.progress.updates}, epoch {self.progress.epoch})",
                   file=sys.stderr)
+
+    def _forget_metrics_after(self, updates: int) -> None:
+        """Drop the metrics a crashed run logged after its last checkpoint: they are redone."""
+        path = self.save_dir / "metrics.jsonl"
+        if not path.exists():
+            return
+        lines = path.read_text().splitlines(keepends=True)
+        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get("updates", 0) <= updates]
+        if len(kept) != len(lines):
+            atomic_write(path, lambda tmp: Path(tmp).write_text("".join(kept)))
 
     def _tensorboard(self):
         if not (self.cfg.train.tensorboard_dir and self.dist.main):

@@ -60,7 +60,12 @@ def test_resume_reproduces_uninterrupted_run(data, tmp_path):
     Trainer(full, data, tmp_path / "a", progress_bar=False).train()
     Trainer(tiny_config(max_update=12, save_interval_updates=4), data, tmp_path / "b", progress_bar=False).train()
     assert load_state(last_checkpoint(tmp_path / "b"))["progress"]["updates"] == 12
+    with open(tmp_path / "b" / "metrics.jsonl", "a") as f:              # logged after the checkpoint,
+        f.write('{"updates": 13, "loss": 99.0}\n')                      # then the run crashed
     Trainer(full, data, tmp_path / "b", progress_bar=False).train()      # resumes at update 12
+    updates = [r["updates"] for r in history(tmp_path / "b") if "loss" in r]
+    assert 99.0 not in [r["loss"] for r in history(tmp_path / "b") if "loss" in r]
+    assert updates == sorted(updates)                                    # the learning curve has no loop
     # log windows restart at the resume point, so compare from the first full window after it
     la = {r["updates"]: r["loss"] for r in history(tmp_path / "a") if "loss" in r and r["updates"] > 14}
     lb = {r["updates"]: r["loss"] for r in history(tmp_path / "b") if "loss" in r and r["updates"] > 14}
