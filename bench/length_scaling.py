@@ -18,7 +18,7 @@ def one(preset: str, length: int, threads: int, repeats: int) -> dict:
     import numpy as np
     import torch
     from docnmt.config import Config
-    from docnmt.data import Corpus, InstanceSet, Joiner, build_instances
+    from docnmt.data import Corpus, InstanceSet, build_instances, make_joiner
     from docnmt.train import forward_loss
     from docnmt.translate import build_model
     from docnmt.vocab import Vocab
@@ -27,9 +27,9 @@ def one(preset: str, length: int, threads: int, repeats: int) -> dict:
     vocab = Vocab.load(data)
     cfg = Config.load(preset).override({"data.mode": "doc2doc", "model.max_positions": max(1024, length + 2)})
     corpus = Corpus.load(data, "valid")
-    iset = InstanceSet(corpus, build_instances(corpus, cfg.data, training=False), Joiner(vocab))
+    iset = InstanceSet(corpus, build_instances(corpus, cfg.data, training=False), make_joiner(vocab, cfg.data.separator))
     src = np.resize(np.concatenate([iset.source(k) for k in range(8)]), length)
-    tgt = np.resize(np.concatenate([iset.target(k) for k in range(8)]), length)
+    tgt = np.resize(np.concatenate([iset.target(k)[1] for k in range(8)]), length)
     model = build_model(cfg, vocab).train()
     batch = {"src": torch.as_tensor(src[None], dtype=torch.long),
              "tgt_in": torch.as_tensor(np.concatenate([[vocab.bos], tgt[:-1]])[None], dtype=torch.long),

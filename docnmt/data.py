@@ -193,7 +193,7 @@ class ModeConfig:
     context: int = 3                 # doc2sent: previous source sentences
     max_instance_tokens: int = 512   # doc2doc / mr: the §2.3 budget
     max_instance_sents: int = 1000
-    separator: str = "index"         # index: <sepI> (PT) | uniform: <sep>
+    separator: str = "index"         # index: <sepI> (PT) | uniform: <sep> | group: <s> x </s> (GT)
     mix_sentences: bool = False
 
     MODES = ("sent2sent", "doc2sent", "doc2doc", "mr")
@@ -201,8 +201,8 @@ class ModeConfig:
     def __post_init__(self):
         if self.mode not in self.MODES:
             raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(self.MODES)}")
-        if self.separator not in ("index", "uniform"):
-            raise ConfigError(f"unknown separator {self.separator!r}; choose index or uniform")
+        if self.separator not in ("index", "uniform", "group"):
+            raise ConfigError(f"unknown separator {self.separator!r}; choose index, uniform or group")
 
     @property
     def is_document_level(self) -> bool:
@@ -232,12 +232,23 @@ class Joiner:
     """Separator convention: ``x1 <sep1> x2 <sep2> … xN`` (index) or ``<sep>`` (uniform).
 
     The source gets ``</s>`` appended; the decoder input is ``<s> + target`` and the labels are
-    ``target + </s>`` (so ``<sos>``/``<eos>`` are the model's BOS/EOS, SPEC C5).
+    ``target + </s>`` (so ``<sos>``/``<eos>`` are the model's BOS/EOS, SPEC C5). ``start`` and
+    ``end`` are the tokens a decoder starts from and stops at. :class:`GroupJoiner` is
+    G-Transformer's format; :func:`make_joiner` picks the one a config names.
     """
 
     def __init__(self, vocab: Vocab, separator: str = "index"):
         self.vocab, self.indexed = vocab, separator == "index"
         self.sep_ids = set(vocab.symbol_ids[s] for s in vocab.extra if s.startswith("<sep"))
+        self.start, self.end = vocab.bos, vocab.eos
+
+    def overhead(self, n_sents: np.ndarray, side: str) -> np.ndarray:
+        """Tokens added to ``n_sents`` sentences on the source or in the decoder input."""
+        return n_sents    # N−1 separators plus </s> (source) or <s> (decoder input)
+
+    def output_specials(self, sentence_targets: bool) -> set[int]:
+        """Special tokens a generated target may contain (besides ``end``)."""
+        return set() if sentence_targets else set(self.sep_ids)
 
     def sep(self, i: int) -> int:
         return self.vocab.sep(i if self.indexed else None)
@@ -252,6 +263,11 @@ class Joiner:
 
     def source(self, sents: list[np.ndarray]) -> np.ndarray:
         return np.concatenate([self.join(sents), np.asarray([self.vocab.eos], dtype=np.int32)])
+
+    def decoder_io(self, sents: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Teacher-forced decoder input and labels of a target instance."""
+        body = self.join(sents)
+        return np.concatenate([[self.start], body]), np.concatenate([body, [self.end]])
 
     def split(self, ids: list[int], n: int) -> tuple[list[list[int]], bool]:
         """Split a generated target into ``n`` sentences with the recovery rules of SPEC §8.1:
@@ -276,6 +292,51 @@ class Joiner:
         return int(piece[4:-1]) if piece != "<sep>" else prev + 1
 
 
+class GroupJoiner(Joiner):
+    """G-Transformer's format (SPEC §2.4): every sentence wrapped as ``<s> x </s>`` on both
+    sides, no other separator; the decoder starts from the end-of-document token EOD and the
+    labels end with it: input ``EOD <s> y1 </s> … </s>``, labels ``<s> y1 </s> … </s> EOD``."""
+
+    def __init__(self, vocab: Vocab, separator: str = "group"):
+        super().__init__(vocab, separator)
+        self.sep_ids = set()
+        self.start = self.end = vocab.id("<eod>")
+
+    def overhead(self, n_sents: np.ndarray, side: str) -> np.ndarray:
+        return 2 * n_sents + (side == "tgt")    # <s> … </s> per sentence, and EOD
+
+    def output_specials(self, sentence_targets: bool) -> set[int]:
+        return {self.vocab.bos, self.vocab.eos}
+
+    def join(self, sents: list[np.ndarray]) -> np.ndarray:
+        bos, eos = [self.vocab.bos], [self.vocab.eos]
+        return np.concatenate([np.concatenate([bos, s, eos]) for s in sents]).astype(np.int32)
+
+    def source(self, sents: list[np.ndarray]) -> np.ndarray:
+        return self.join(sents)
+
+    def split(self, ids: list[int], n: int) -> tuple[list[list[int]], bool]:
+        """Sentences end at ``</s>``; ``<s>``, EOD and pads are dropped (SPEC §8.1). Missing
+        sentences come back empty, extra ones are appended to the last."""
+        pieces: list[list[int]] = [[]]
+        for t in ids:
+            if t == self.vocab.eos:
+                pieces.append([])
+            elif t not in (self.vocab.bos, self.vocab.pad, self.end):
+                pieces[-1].append(t)
+        if not pieces[-1]:
+            pieces.pop()
+        ok = len(pieces) == n and all(pieces)
+        out = pieces[:n] + [[] for _ in range(n - len(pieces))]
+        for extra in pieces[n:]:
+            out[-1] = out[-1] + extra
+        return out, ok
+
+
+def make_joiner(vocab: Vocab, separator: str) -> Joiner:
+    return (GroupJoiner if separator == "group" else Joiner)(vocab, separator)
+
+
 # --------------------------------------------------------------------------------------------
 # Materialising instances, batching, collation
 # --------------------------------------------------------------------------------------------
@@ -287,10 +348,10 @@ class InstanceSet:
         self.corpus, self.rows, self.joiner = corpus, rows, joiner
         start, end, tstart = rows[:, 0], rows[:, 1], rows[:, 2]
         csum = np.concatenate([[0], np.cumsum(corpus.src.lengths)])
-        self.src_lens = csum[end] - csum[start] + (end - start)  # separators and </s>
+        self.src_lens = csum[end] - csum[start] + joiner.overhead(end - start, "src")
         if corpus.tgt is not None:
             tsum = np.concatenate([[0], np.cumsum(corpus.tgt.lengths)])
-            self.tgt_lens = tsum[end] - tsum[tstart] + (end - tstart)  # separators and <s> or </s>
+            self.tgt_lens = tsum[end] - tsum[tstart] + joiner.overhead(end - tstart, "tgt")
         else:
             self.tgt_lens = np.zeros_like(self.src_lens)
 
@@ -301,19 +362,20 @@ class InstanceSet:
         a, b, _ = self.rows[k]
         return self.joiner.source([self.corpus.src[i] for i in range(a, b)])
 
-    def target(self, k: int) -> np.ndarray:
+    def target(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Decoder input and labels of instance ``k``."""
         _, b, t = self.rows[k]
-        return self.joiner.join([self.corpus.tgt[i] for i in range(t, b)])
+        return self.joiner.decoder_io([self.corpus.tgt[i] for i in range(t, b)])
 
     def collate(self, indices: list[int] | np.ndarray) -> dict:
         vocab = self.joiner.vocab
         batch = {"ids": torch.as_tensor(np.asarray(indices, dtype=np.int64)),
                  "src": pad_batch([self.source(k) for k in indices], vocab.pad)}
         if self.corpus.tgt is not None:
-            tgts = [self.target(k) for k in indices]
-            batch["tgt_in"] = pad_batch([np.concatenate([[vocab.bos], t]) for t in tgts], vocab.pad)
-            batch["labels"] = pad_batch([np.concatenate([t, [vocab.eos]]) for t in tgts], vocab.pad)
-            batch["ntokens"] = int(sum(len(t) + 1 for t in tgts))
+            tgt_in, labels = zip(*(self.target(k) for k in indices))
+            batch["tgt_in"] = pad_batch(tgt_in, vocab.pad)
+            batch["labels"] = pad_batch(labels, vocab.pad)
+            batch["ntokens"] = int(sum(len(t) for t in labels))
         return batch
 
 

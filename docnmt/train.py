@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from .checkpoint import (WEIGHTS, atomic_write, last_checkpoint, load_state, load_weights, save_checkpoint,
                          save_weights)
 from .config import Config
-from .data import Corpus, InstanceSet, Joiner, build_instances, token_batches
+from .data import Corpus, InstanceSet, build_instances, make_joiner, token_batches
 from .errors import DocnmtError
 from .translate import Translator, build_model
 from .vocab import Vocab
@@ -128,7 +128,7 @@ class Trainer:
         self.device = torch.device(f"cuda:{self.dist.local_rank}" if torch.cuda.is_available() else "cpu")
         self.progress_bar = progress_bar and self.dist.main
         self.vocab = Vocab.load(self.data_dir)
-        self.joiner = Joiner(self.vocab, cfg.data.separator)
+        self.joiner = make_joiner(self.vocab, cfg.data.separator)
         self.train_corpus = Corpus.load(self.data_dir, "train")
         self.valid = None
         if (self.data_dir / "valid.docs.npy").exists():

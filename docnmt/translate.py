@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from .checkpoint import WEIGHTS, load_weights
 from .config import Config
-from .data import Corpus, InstanceSet, Joiner, build_instances, token_batches
+from .data import Corpus, InstanceSet, build_instances, make_joiner, token_batches
 from .document import Document
 from .errors import DataError, DocnmtError
 from .model import AttentionPolicy, Transformer
@@ -54,7 +54,7 @@ class Translator:
     def __init__(self, model: Transformer, vocab: Vocab, cfg: Config, device: str | torch.device = "cpu"):
         self.model, self.vocab, self.cfg = model.eval().to(device), vocab, cfg
         self.device = torch.device(device)
-        self.joiner = Joiner(vocab, cfg.data.separator)
+        self.joiner = make_joiner(vocab, cfg.data.separator)
 
     @classmethod
     def load(cls, model_dir: str | Path, weights: str | Path | None = None, device: str | None = None) -> "Translator":
@@ -74,11 +74,12 @@ class Translator:
         return cls(model, vocab, cfg, device)
 
     def banned_ids(self, sentence_targets: bool) -> list[int]:
+        """Special tokens the search never generates: all but the format's own (separators in
+        document targets, ``<s>``/``</s>`` in G-Transformer's) and the end token."""
         v = self.vocab
-        banned = [v.pad, v.bos] + [v.id(s) for s in ("<mask>", "<eod>") if s in v.symbol_ids]
-        if sentence_targets:
-            banned += sorted(self.joiner.sep_ids)
-        return banned
+        specials = {v.pad, v.bos, v.eos, *self.joiner.sep_ids,
+                    *(v.id(s) for s in ("<mask>", "<eod>") if s in v.symbol_ids)}
+        return sorted(specials - self.joiner.output_specials(sentence_targets) - {self.joiner.end})
 
     def translate(self, docs: list[Document] | list[list[str]], search: SearchConfig | None = None,
                   progress: bool = False, origin: str = "input") -> tuple[list[Document], CoverageReport]:
@@ -104,7 +105,7 @@ class Translator:
         for idx in batches:
             src = iset.collate(idx)["src"].to(self.device)
             with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                hyps = beam_search(self.model, src, search, self.vocab.bos, self.vocab.eos,
+                hyps = beam_search(self.model, src, search, self.joiner.start, self.joiner.end,
                                    banned=self.banned_ids(sentence_targets))
             for k, nbest in zip(idx, hyps):
                 _, end, tstart = iset.rows[k]

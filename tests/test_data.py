@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from docnmt.data import (Corpus, InstanceSet, Joiner, ModeConfig, build_instances, doc2doc_instances,
-                         doc2sent_instances, greedy_split, mr_instances, sent_instances, sentence_costs,
-                         token_batches)
+from docnmt.data import (Corpus, GroupJoiner, InstanceSet, Joiner, ModeConfig, build_instances, doc2doc_instances,
+                         doc2sent_instances, greedy_split, make_joiner, mr_instances, sent_instances,
+                         sentence_costs, token_batches)
 from docnmt.errors import ConfigError, DataError, DocnmtError
 from docnmt.prepare import prepare
 from docnmt.vocab import DEFAULT_MAX_SEP, Vocab
@@ -255,20 +255,38 @@ def test_split_recovery_rules_uniform(tiny_vocab, words, generated, n, expected,
     assert good is ok
 
 
+def test_group_format_is_g_transformers(tiny_vocab):
+    """SPEC §2.4 GT: source <s> x1 </s> <s> x2 </s>; decoder input EOD <s> y1 </s> <s> y2 </s>;
+    labels <s> y1 </s> <s> y2 </s> EOD."""
+    v, j = tiny_vocab, GroupJoiner(tiny_vocab)
+    eod, s, e = v.id("<eod>"), v.bos, v.eos
+    x = [np.array([10, 11]), np.array([12])]
+    assert j.source(x).tolist() == [s, 10, 11, e, s, 12, e]
+    tgt_in, labels = j.decoder_io(x)
+    assert tgt_in.tolist() == [eod, s, 10, 11, e, s, 12, e]
+    assert labels.tolist() == [s, 10, 11, e, s, 12, e, eod]
+    assert j.start == j.end == eod and not j.sep_ids
+    assert j.split(labels.tolist(), 2) == ([[10, 11], [12]], True)
+    assert j.split([s, 10, e], 2) == ([[10], []], False)                    # a missing sentence: empty
+    assert j.split([s, 10, e, s, 11, e, s, 12, e], 2) == ([[10], [11, 12]], False)   # extra: appended
+
+
 # ------------------------------------------------------------------------------ InstanceSet
 
+@pytest.mark.parametrize("separator", ["index", "group"])
 @pytest.mark.parametrize("mode", ["sent2sent", "doc2sent", "doc2doc", "mr"])
-def test_instance_lengths_are_real_lengths(tiny_corpus, tiny_vocab, mode):
+def test_instance_lengths_are_real_lengths(tiny_corpus, tiny_vocab, mode, separator):
     rows = build_instances(tiny_corpus, ModeConfig(mode, context=3, max_instance_tokens=SMALL_BUDGET))
-    iset = InstanceSet(tiny_corpus, rows, Joiner(tiny_vocab))
+    iset = InstanceSet(tiny_corpus, rows, make_joiner(tiny_vocab, separator))
     assert len(iset) == len(rows)
     for k in range(len(iset)):
         a, b, t = rows[k]
-        source, target = iset.source(k), iset.target(k)
+        source, (tgt_in, labels) = iset.source(k), iset.target(k)
         assert iset.src_lens[k] == len(source)
-        assert iset.tgt_lens[k] == len(target) + 1
+        assert iset.tgt_lens[k] == len(tgt_in) == len(labels)
+        np.testing.assert_array_equal(tgt_in[1:], labels[:-1])      # teacher forcing: shifted by one
         # the tokens are those of the sentences, separated (sentence by sentence)
-        back, ok = iset.joiner.split(list(target), b - t)
+        back, ok = iset.joiner.split(list(labels), b - t)
         assert ok and back == [tiny_corpus.tgt[i].tolist() for i in range(t, b)]
         back, ok = iset.joiner.split(list(source), b - a)
         assert ok and back == [tiny_corpus.src[i].tolist() for i in range(a, b)]
@@ -290,7 +308,7 @@ def test_collate_teacher_forcing_layout(tiny_corpus, tiny_vocab):
         np.testing.assert_array_equal(src[:ls], iset.source(k))
         assert tgt_in[0] == v.bos and labels[lt - 1] == v.eos
         np.testing.assert_array_equal(tgt_in[1:lt], labels[:lt - 1])
-        np.testing.assert_array_equal(labels[:lt - 1], iset.target(k))
+        np.testing.assert_array_equal(labels[:lt], iset.target(k)[1])
         for padded, length in ((src, ls), (tgt_in, lt), (labels, lt)):
             assert (padded[length:] == v.pad).all()
         assert (tgt_in[:lt] != v.pad).all()
