@@ -379,6 +379,22 @@ class InstanceSet:
         return batch
 
 
+def word_dropout(batch: dict, p: float, vocab: Vocab, seed: tuple[int, ...]) -> dict:
+    """Replace each ordinary word of the source and the decoder input (not the labels) by
+    ``<mask>`` with probability ``p`` (SPEC §2.7): specials (pad, unk, ``<s>``, ``</s>``) and
+    docnmt's symbols (EOD, separators) are never dropped. The draws depend only on ``seed``
+    (seed, epoch, batch), so a resumed run drops the same words."""
+    rng = np.random.default_rng(list(seed))
+    out = dict(batch)
+    for key in ("src", "tgt_in"):
+        if key in batch:
+            x = batch[key]
+            eligible = (x >= 4) & (x < vocab.n_pieces)
+            drop = torch.from_numpy(rng.random(tuple(x.shape)) < p) & eligible
+            out[key] = x.masked_fill(drop, vocab.id("<mask>"))
+    return out
+
+
 def pad_batch(seqs: list[np.ndarray], pad: int) -> torch.Tensor:
     out = np.full((len(seqs), max(len(s) for s in seqs)), pad, dtype=np.int64)
     for i, s in enumerate(seqs):

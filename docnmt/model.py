@@ -49,6 +49,13 @@ class ModelConfig:
     pre_norm: bool = False
     share_embeddings: bool = True
     max_positions: int = 1024
+    method: str = "transformer"     # transformer | gtransformer
+    # G-Transformer (docnmt/gtransformer.py, SPEC §3): top layers with combined attention per
+    # attention kind, and the paper's ablations
+    combined_enc_self: int = 2
+    combined_dec_self: int = 2
+    combined_cross: int = 2
+    group_ablation: str = "none"    # none | only_group | only_global | no_target_context | no_source_context
 
 
 # --------------------------------------------------------------------------------------------
@@ -435,10 +442,12 @@ class Embedding(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self, cfg: ModelConfig, embed: Embedding):
+    """Embedding, layers, and the final LayerNorm of pre-LN models (also the decoder's shape)."""
+
+    def __init__(self, cfg: ModelConfig, embed: Embedding, layers: list[Layer]):
         super().__init__()
         self.embed = embed
-        self.layers = nn.ModuleList(encoder_layer(cfg, i) for i in range(cfg.encoder_layers))
+        self.layers = nn.ModuleList(layers)
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else None
 
     def forward(self, x: Tensor, state: State) -> Tensor:
@@ -448,9 +457,7 @@ class Encoder(nn.Module):
 
 
 class Decoder(Encoder):
-    def __init__(self, cfg: ModelConfig, embed: Embedding):
-        super().__init__(cfg, embed)
-        self.layers = nn.ModuleList(decoder_layer(cfg, i) for i in range(cfg.decoder_layers))
+    pass
 
 
 @dataclass
@@ -465,16 +472,21 @@ class EncoderOut:
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer; ``policy`` decides every attention call's spec."""
+    """Encoder-decoder Transformer; ``policy`` decides every attention call's spec and the
+    layer builders ``(cfg, i) -> Layer`` decide each layer's sublayers."""
 
-    def __init__(self, cfg: ModelConfig, policy: AttentionPolicy | None = None):
+    def __init__(self, cfg: ModelConfig, policy: AttentionPolicy | None = None,
+                 make_encoder_layer: Callable[[ModelConfig, int], Layer] = encoder_layer,
+                 make_decoder_layer: Callable[[ModelConfig, int], Layer] = decoder_layer):
         super().__init__()
         self.cfg = cfg
         src_table = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
         tgt_table = src_table if cfg.share_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model,
                                                                        padding_idx=cfg.pad_id)
-        self.encoder = Encoder(cfg, Embedding(src_table, cfg))
-        self.decoder = Decoder(cfg, Embedding(tgt_table, cfg))
+        self.encoder = Encoder(cfg, Embedding(src_table, cfg),
+                               [make_encoder_layer(cfg, i) for i in range(cfg.encoder_layers)])
+        self.decoder = Decoder(cfg, Embedding(tgt_table, cfg),
+                               [make_decoder_layer(cfg, i) for i in range(cfg.decoder_layers)])
         self.policy = policy or AttentionPolicy(cfg)
         self.reset_parameters()
 

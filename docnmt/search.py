@@ -47,14 +47,17 @@ Processor = Callable[[int, Tensor, Tensor, Tensor], None]
 @torch.inference_mode()
 def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eos: int,
                 banned: Sequence[int] = (), prefix: list[list[int]] | None = None,
-                processors: Sequence[Processor] = ()) -> list[list[Hypothesis]]:
-    """Translate a padded source batch ``src`` (B, S); returns ``nbest`` hypotheses per row."""
+                processors: Sequence[Processor] = (), max_len: Tensor | None = None) -> list[list[Hypothesis]]:
+    """Translate a padded source batch ``src`` (B, S); returns ``nbest`` hypotheses per row.
+    ``max_len`` (B,) replaces the ``max_len_a · |src| + max_len_b`` limit of each row."""
     B, K, device = src.size(0), cfg.beam, src.device
     enc = model.encode(src)
     src_len = (~enc.pad).sum(1)
     pre_len = torch.tensor([len(p) for p in prefix] if prefix else [0] * B, device=device)
     max_pos = model.cfg.max_positions - 1
-    max_len = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long() + pre_len
+    if max_len is None:
+        max_len = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long()
+    max_len = max_len.to(device) + pre_len
     max_len = torch.maximum(max_len.clamp(max=max_pos), pre_len + 1)   # room for a forced prefix
     forced = _prefix_tensor(prefix, B, device)
 

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from .checkpoint import (WEIGHTS, atomic_write, last_checkpoint, load_state, load_weights, save_checkpoint,
                          save_weights)
 from .config import Config
-from .data import Corpus, InstanceSet, build_instances, make_joiner, token_batches
+from .data import Corpus, InstanceSet, build_instances, make_joiner, token_batches, word_dropout
 from .errors import DocnmtError
 from .translate import Translator, build_model
 from .vocab import Vocab
@@ -246,6 +246,14 @@ class Trainer:
         usable = len(batches) - len(batches) % self.dist.world
         return batches[self.dist.rank: usable: self.dist.world]
 
+    def collate(self, batch: np.ndarray, epoch: int, index: int) -> dict:
+        """A training batch, with word dropout in the epochs that have it."""
+        tc = self.cfg.train
+        out = self.train_set.collate(batch)
+        if tc.word_dropout > 0 and (tc.word_dropout_epochs <= 0 or epoch <= tc.word_dropout_epochs):
+            out = word_dropout(out, tc.word_dropout, self.vocab, (tc.seed, epoch, self.dist.rank, index))
+        return out
+
     def done(self) -> bool:
         tc, p = self.cfg.train, self.progress
         out_of_time = tc.max_minutes > 0 and time.time() - self.start_time > 60 * tc.max_minutes
@@ -264,7 +272,8 @@ class Trainer:
             window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.time()}
             while p.batch_in_epoch < len(batches) and not self.done():
                 group = batches[p.batch_in_epoch: p.batch_in_epoch + per_update]
-                loss, nll, ntok = self.update([self.train_set.collate(b) for b in group])
+                loss, nll, ntok = self.update([self.collate(b, p.epoch, p.batch_in_epoch + i)
+                                               for i, b in enumerate(group)])
                 p.batch_in_epoch += len(group)
                 window["loss"] += loss; window["nll"] += nll; window["tokens"] += ntok
                 bar.update(1)

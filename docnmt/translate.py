@@ -15,11 +15,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from . import gtransformer
 from .checkpoint import WEIGHTS, load_weights
 from .config import Config
 from .data import Corpus, InstanceSet, build_instances, make_joiner, token_batches
 from .document import Document
-from .errors import DataError, DocnmtError
+from .errors import ConfigError, DataError, DocnmtError
 from .model import AttentionPolicy, Transformer
 from .search import SearchConfig, beam_search
 from .vocab import Vocab
@@ -28,6 +29,12 @@ from .vocab import Vocab
 def build_model(cfg: Config, vocab: Vocab) -> Transformer:
     """The model a config describes (methods add their policy and sublayers here)."""
     cfg.model.vocab_size, cfg.model.pad_id = len(vocab), vocab.pad
+    if cfg.model.method == "gtransformer":
+        if cfg.data.separator != "group":
+            raise ConfigError("a G-Transformer needs the group data format (data.separator: group)")
+        return gtransformer.build(cfg.model, vocab.bos, vocab.id("<eod>"))
+    if cfg.model.method != "transformer":
+        raise ConfigError(f"unknown model.method {cfg.model.method!r}; choose transformer or gtransformer")
     return Transformer(cfg.model, AttentionPolicy(cfg.model))
 
 
@@ -81,6 +88,14 @@ class Translator:
                     *(v.id(s) for s in ("<mask>", "<eod>") if s in v.symbol_ids)}
         return sorted(specials - self.joiner.output_specials(sentence_targets) - {self.joiner.end})
 
+    def constraints(self, src: torch.Tensor) -> dict:
+        """Method-specific search arguments: G-Transformer's sentence frame (SPEC §3.5)."""
+        if self.cfg.model.method != "gtransformer":
+            return {}
+        v = self.vocab
+        frame = gtransformer.FrameConstraint(src, v.bos, v.eos, v.pad, self.joiner.end)
+        return {"processors": [frame], "max_len": frame.max_len()}
+
     def translate(self, docs: list[Document] | list[list[str]], search: SearchConfig | None = None,
                   progress: bool = False, origin: str = "input") -> tuple[list[Document], CoverageReport]:
         """Translate documents (``Document`` objects or lists of sentences). Returns documents
@@ -106,7 +121,7 @@ class Translator:
             src = iset.collate(idx)["src"].to(self.device)
             with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
                 hyps = beam_search(self.model, src, search, self.joiner.start, self.joiner.end,
-                                   banned=self.banned_ids(sentence_targets))
+                                   banned=self.banned_ids(sentence_targets), **self.constraints(src))
             for k, nbest in zip(idx, hyps):
                 _, end, tstart = iset.rows[k]
                 for rank, hyp in enumerate(nbest):

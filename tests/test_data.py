@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from docnmt.data import (Corpus, GroupJoiner, InstanceSet, Joiner, ModeConfig, build_instances, doc2doc_instances,
                          doc2sent_instances, greedy_split, make_joiner, mr_instances, sent_instances,
@@ -489,3 +490,21 @@ def test_prepare_force_leaves_no_stale_split(ted_valid_prefix, tmp_path):
     stats = run_prepare(dest, ted_valid_prefix, valid=False, vocab_size=400, force=True)
     assert set(stats["splits"]) == {"train"}
     assert not (dest / "valid.docs.npy").exists(), "stale valid split from the previous run"
+
+
+def test_word_dropout_masks_only_ordinary_words_and_is_seeded(tiny_corpus, tiny_vocab):
+    from docnmt.data import word_dropout
+    iset = InstanceSet(tiny_corpus, doc2doc_instances(tiny_corpus, SMALL_BUDGET), make_joiner(tiny_vocab, "index"))
+    batch = iset.collate(np.arange(4))
+    mask = tiny_vocab.id("<mask>")
+    out = word_dropout(batch, 0.3, tiny_vocab, (1, 2, 0, 7))
+    assert torch.equal(out["labels"], batch["labels"])                       # labels untouched
+    for key in ("src", "tgt_in"):
+        changed = out[key] != batch[key]
+        assert (out[key][changed] == mask).all()
+        ordinary = (batch[key] >= 4) & (batch[key] < tiny_vocab.n_pieces)
+        assert not (changed & ~ordinary).any()                                # specials never dropped
+        assert abs(changed.sum().item() / ordinary.sum().item() - 0.3) < 0.05
+    again = word_dropout(batch, 0.3, tiny_vocab, (1, 2, 0, 7))
+    other = word_dropout(batch, 0.3, tiny_vocab, (1, 3, 0, 7))
+    assert torch.equal(again["src"], out["src"]) and not torch.equal(other["src"], out["src"])

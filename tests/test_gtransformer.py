@@ -1,0 +1,265 @@
+"""G-Transformer (SPEC §3, §13 items 1-4): tags, group masks, combined attention, frame decoding."""
+import pytest
+import torch
+
+from _tiny import SHARED, tiny_config, tiny_data
+
+from docnmt.errors import ConfigError
+from docnmt.gtransformer import (CombinedAttentionSublayer, FrameConstraint, GroupAttentionPolicy, build,
+                                 group_mask, group_tags)
+from docnmt.model import AttentionSublayer, ModelConfig, State
+from docnmt.readers import read_documents
+from docnmt.search import SearchConfig, beam_search
+from docnmt.train import Trainer
+from docnmt.translate import Translator, build_model
+
+PAD, BOS, EOS, EOD = 0, 2, 3, 49
+CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=3, decoder_layers=3,
+                  dropout=0.0, method="gtransformer", combined_enc_self=2, combined_dec_self=2, combined_cross=2)
+
+
+def doc(*lengths, start=10):
+    """A group-format token row: <s> w… </s> per sentence, word ids counting up from ``start``."""
+    out, w = [], start
+    for n in lengths:
+        out += [BOS] + list(range(w, w + n)) + [EOS]
+        w += n
+    return out
+
+
+def padded(rows):
+    width = max(map(len, rows))
+    return torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
+
+
+# ---- §3.1 tags --------------------------------------------------------------------------------
+
+def test_tags_reproduce_spec_examples():
+    a, b, c = 10, 11, 12
+    src = torch.tensor([[BOS, a, b, EOS, BOS, c, EOS, PAD, PAD]])
+    assert group_tags(src, BOS, PAD, EOD).tolist() == [[1, 1, 1, 1, 2, 2, 2, 0, 0]]
+    tgt_in = torch.tensor([[EOD, BOS, a, b, EOS, BOS, c, EOS]])
+    assert group_tags(tgt_in, BOS, PAD, EOD).tolist() == [[0, 1, 1, 1, 1, 2, 2, 2]]
+    labels = torch.tensor([[BOS, a, b, EOS, BOS, c, EOS, EOD]])
+    assert group_tags(labels, BOS, PAD, EOD).tolist() == [[1, 1, 1, 1, 2, 2, 2, 0]]
+
+
+def test_tags_equal_the_papers_rule_on_well_formed_rows():
+    """Paper: tags start at 1 and increase by one after each </s>."""
+    row = torch.tensor([doc(3, 1, 4, 2)])
+    paper = 1 + torch.cat([torch.zeros(1, 1, dtype=torch.long), row.eq(EOS).cumsum(1)[:, :-1]], 1)
+    assert torch.equal(group_tags(row, BOS, PAD, EOD), paper)
+
+
+# ---- §3.2 masks -------------------------------------------------------------------------------
+
+def specs_for(src, tgt_in, offset=0):
+    pol = GroupAttentionPolicy(CFG, BOS, EOD)
+    pad = src.eq(PAD)
+    return pol.encoder_specs(src, pad) | pol.decoder_specs(tgt_in, src, pad, offset, offset > 0)
+
+
+def full_blocked(spec, nq, nk):
+    causal = torch.ones(nq, nk, dtype=torch.bool).triu(1) if spec.is_causal else torch.zeros(nq, nk, dtype=torch.bool)
+    return causal if spec.mask is None else spec.mask | causal
+
+
+def test_every_query_row_sees_a_key_and_cross_stays_in_its_sentence():
+    src = padded([doc(3, 2, 4), doc(2, 5)])
+    tgt_in = padded([[EOD] + doc(2, 3, 3), [EOD] + doc(4, 1)])
+    specs = specs_for(src, tgt_in)
+    S, T = src.size(1), tgt_in.size(1)
+    for kind, (nq, nk) in {"enc_self": (S, S), "dec_self": (T, T), "cross": (T, S), "enc_self_global": (S, S),
+                           "dec_self_global": (T, T), "cross_global": (T, S)}.items():
+        blocked = full_blocked(specs[kind], nq, nk).expand(2, 1, nq, nk)
+        assert (~blocked).any(-1).all(), kind
+    s_tags, t_tags = group_tags(src, BOS, PAD, EOD), group_tags(tgt_in, BOS, PAD, EOD)
+    visible = ~specs["cross"].mask[:, 0]
+    for b in range(2):
+        for i in range(T):
+            if t_tags[b, i] > 0:
+                keys = visible[b, i].nonzero().squeeze(1)
+                assert (s_tags[b, keys] == t_tags[b, i]).all() and len(keys) == (s_tags[b] == t_tags[b, i]).sum()
+    # global attention: padding and causality only
+    assert torch.equal(specs["cross_global"].mask[:, 0, 0], src.eq(PAD))
+    assert specs["dec_self_global"].mask is None and specs["dec_self_global"].is_causal
+
+
+def test_incremental_masks_are_rows_of_the_full_masks():
+    src = padded([doc(3, 2), doc(2, 2)])
+    tgt_in = padded([[EOD] + doc(2, 3), [EOD] + doc(4, 1)])
+    full = specs_for(src, tgt_in)
+    for t in range(1, tgt_in.size(1)):
+        step = specs_for(src, tgt_in[:, : t + 1], offset=t)
+        for kind in ("dec_self", "cross"):
+            want = full[kind].mask[:, :, t: t + 1, : (t + 1 if kind == "dec_self" else None)]
+            assert torch.equal(step[kind].mask, want), (kind, t)
+
+
+def test_group_mask_of_tag_zero_query_is_open():
+    tags = torch.tensor([[0, 1, 1, 2]])
+    m = group_mask(tags, tags)[0, 0]
+    assert not m[0].any() and m[1].tolist() == [True, False, False, True]
+
+
+# ---- §3.3 layers and ablations ----------------------------------------------------------------
+
+def kinds_of(model):
+    out = []
+    for layer in list(model.encoder.layers) + list(model.decoder.layers):
+        for sub in layer.sublayers:
+            if isinstance(sub, AttentionSublayer):
+                out.append(("C" if isinstance(sub, CombinedAttentionSublayer) else "G") + ":" + sub.kind)
+    return out
+
+
+@pytest.mark.parametrize("ablation,want", [
+    ("none", ["G:enc_self", "C:enc_self", "C:enc_self",
+              "G:dec_self", "G:cross", "C:dec_self", "C:cross", "C:dec_self", "C:cross"]),
+    ("only_group", ["G:enc_self"] * 3 + ["G:dec_self", "G:cross"] * 3),
+    ("only_global", ["G:enc_self", "G:enc_self_global", "G:enc_self_global",
+                     "G:dec_self", "G:cross", "G:dec_self_global", "G:cross_global",
+                     "G:dec_self_global", "G:cross_global"]),
+    ("no_target_context", ["G:enc_self", "C:enc_self", "C:enc_self",
+                           "G:dec_self", "G:cross", "G:dec_self", "C:cross", "G:dec_self", "C:cross"]),
+    ("no_source_context", ["G:enc_self"] * 3 + ["G:dec_self", "G:cross", "C:dec_self", "G:cross",
+                                                "C:dec_self", "G:cross"]),
+])
+def test_ablation_switches_choose_the_layers(ablation, want):
+    assert kinds_of(build(ModelConfig(**{**vars(CFG), "group_ablation": ablation}), BOS, EOD)) == want
+
+
+def test_unknown_ablation_is_a_config_error():
+    with pytest.raises(ConfigError, match="group_ablation"):
+        build(ModelConfig(**{**vars(CFG), "group_ablation": "nope"}), BOS, EOD)
+
+
+def test_combined_gate_mixes_local_and_global_per_position_and_channel():
+    torch.manual_seed(0)
+    model = build(CFG, BOS, EOD).eval()
+    sub = model.encoder.layers[-1].sublayers[0]
+    src = padded([doc(3, 2), doc(4)])
+    state = State(model.policy.encoder_specs(src, src.eq(PAD)))
+    x = torch.randn(2, src.size(1), CFG.d_model)
+    local = sub.attn(x, x, state.specs["enc_self"])
+    glob = sub.attn_global(x, x, state.specs["enc_self_global"])
+    g = torch.sigmoid(sub.gate(torch.cat([local, glob], -1)))
+    assert g.shape == x.shape and ((g > 0) & (g < 1)).all()
+    torch.testing.assert_close(sub.transform(x, state), g * local + (1 - g) * glob)
+    with torch.no_grad():
+        sub.gate.bias.fill_(50.0)
+    torch.testing.assert_close(sub.transform(x, state), local)
+
+
+def test_sentences_do_not_see_each_other_below_the_combined_layers():
+    """With only group attention, changing sentence 2 of the source leaves the encoder states
+    of sentence 1 unchanged, and the decoder states of target sentence 1 too."""
+    torch.manual_seed(0)
+    model = build(ModelConfig(**{**vars(CFG), "group_ablation": "only_group"}), BOS, EOD).eval()
+    a = torch.tensor([doc(3, 2)])
+    b = a.clone()
+    b[0, -2] = 40
+    ea, eb = model.encode(a), model.encode(b)
+    torch.testing.assert_close(ea.memory[:, :5], eb.memory[:, :5])
+    assert not torch.allclose(ea.memory[:, 5:], eb.memory[:, 5:])
+    tgt = torch.tensor([[EOD] + doc(2, 2)])
+    da, db = model.decode(tgt, ea), model.decode(tgt, eb)
+    torch.testing.assert_close(da[:, 1:5], db[:, 1:5])    # position 0 (EOD, tag 0) sees every sentence
+
+
+# ---- §13 item 3: incremental decoding with dynamic tags equals the full pass -----------------
+
+def test_incremental_decoding_equals_full_forward():
+    torch.manual_seed(0)
+    model = build(CFG, BOS, EOD).eval()
+    src = padded([doc(3, 2, 2), doc(2, 4)])
+    tgt = padded([[EOD] + doc(2, 3, 1), [EOD] + doc(3, 2)])[:, :9]
+    with torch.no_grad():
+        enc = model.encode(src)
+        full = model.decode(tgt, enc)
+        cache, steps = {}, []
+        for t in range(tgt.size(1)):
+            steps.append(model.decode(tgt[:, : t + 1], enc, cache))
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-4, atol=1e-5)
+
+
+# ---- §13 item 4: the frame decoder ------------------------------------------------------------
+
+def test_frame_decoding_keeps_the_source_sentence_structure():
+    torch.manual_seed(1)
+    model = build(CFG, BOS, EOD).eval()
+    src = padded([doc(3, 1, 2), doc(2), doc(1, 1, 1, 1)])
+    frame = FrameConstraint(src, BOS, EOS, PAD, EOD)
+    hyps = beam_search(model, src, SearchConfig(beam=3, nbest=3), EOD, EOD, banned=[PAD],
+                       processors=[frame], max_len=frame.max_len())
+    n_words = [[3, 1, 2], [2], [1, 1, 1, 1]]
+    for nbest, words in zip(hyps, n_words):
+        assert nbest
+        for h in nbest:
+            sents, cur = [], None
+            for t in h.tokens:
+                if t == BOS:
+                    assert cur is None
+                    cur = []
+                elif t == EOS:
+                    sents.append(cur)
+                    cur = None
+                else:
+                    assert cur is not None and t not in (PAD, EOD)
+                    cur.append(t)
+            assert cur is None and len(sents) == len(words)
+            for s, n in zip(sents, words):
+                assert 1 <= len(s) <= int(1.2 * n + 10)
+
+
+def test_frame_forces_sentence_end_at_the_maximum():
+    src = torch.tensor([doc(1)])
+    frame = FrameConstraint(src, BOS, EOS, PAD, EOD, a=1.0, b=1)      # at most 2 words
+    tokens = torch.tensor([[EOD, BOS, 20, 21]])
+    lprobs = torch.zeros(1, 50)
+    frame(3, tokens, lprobs, torch.tensor([0]))
+    assert torch.isfinite(lprobs[0]).nonzero().squeeze(1).tolist() == [EOS]
+    lprobs = torch.zeros(1, 50)
+    frame(4, torch.tensor([[EOD, BOS, 20, 21, EOS]]), lprobs, torch.tensor([0]))
+    assert torch.isfinite(lprobs[0]).nonzero().squeeze(1).tolist() == [EOD]     # no sentence left
+
+
+def test_reference_attention_model_agrees(monkeypatch):
+    """The group masks through SDPA equal the explicit reference implementation."""
+    torch.manual_seed(0)
+    model = build(CFG, BOS, EOD).eval()
+    src = padded([doc(3, 2), doc(2, 2, 1)])
+    tgt = padded([[EOD] + doc(2, 3), [EOD] + doc(1, 1, 2)])
+    with torch.no_grad():
+        fast = model(src, tgt)
+        monkeypatch.setattr("docnmt.model.MultiheadAttention.impl", "reference")
+        ref = model(src, tgt)
+    torch.testing.assert_close(fast, ref, rtol=1e-4, atol=1e-4)
+
+
+# ---- end to end on real text: train, translate batched and unbatched --------------------------
+
+@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+def test_train_and_translate_documents(tmp_path):
+    data = tiny_data(tmp_path)
+    cfg = tiny_config("doc2doc", max_update=8).override({
+        "model.method": "gtransformer", "data.separator": "group", "model.combined_enc_self": 1,
+        "model.combined_dec_self": 1, "model.combined_cross": 1, "data.max_instance_tokens": 160})
+    Trainer(cfg, data, tmp_path / "m", progress_bar=False).train()
+    tr = Translator.load(tmp_path / "m", device="cpu")
+    docs = [d for d in read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[:2]]
+    for d in docs:
+        d.src = d.src[:12]
+    search = tr.cfg.decode.__class__(**{**vars(tr.cfg.decode), "beam": 2, "max_sentences": 8})
+    out, report = tr.translate(docs, search)
+    assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
+    assert report.instances > 2 and report.malformed_instances == 0     # the frame guarantees it
+    single, _ = tr.translate(docs, tr.cfg.decode.__class__(**{**vars(search), "max_sentences": 1}))
+    assert [d.tgt for d in single] == [d.tgt for d in out]
+
+
+def test_group_format_is_required():
+    cfg = tiny_config("doc2doc").override({"model.method": "gtransformer"})
+    with pytest.raises(ConfigError, match="separator: group"):
+        build_model(cfg, type("V", (), {"__len__": lambda s: 50, "pad": 0, "bos": 2,
+                                        "id": lambda s, x: 49})())
