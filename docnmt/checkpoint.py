@@ -62,13 +62,25 @@ def save_weights(model: torch.nn.Module, path: Path) -> None:
     atomic_write(path, lambda tmp: save_file(tensors, tmp))
 
 
-def load_weights(model: torch.nn.Module, path: Path, strict: bool = True) -> None:
+def load_weights(model: torch.nn.Module, path: Path, strict: bool = True) -> list[str]:
+    """Load safetensors weights; returns the names of the parameters that were loaded. With
+    ``strict=False`` parameters missing from the file keep their values (fine-tuning a larger
+    model from a smaller one); tensors the model does not have are an error either way."""
+    if not Path(path).exists():
+        raise DocnmtError(f"{path}: no such weights file")
     tensors = load_file(str(path))
+    own = model.state_dict()
+    wrong = [k for k, t in tensors.items() if k in own and own[k].shape != t.shape]
+    if wrong:
+        raise DocnmtError(f"{path}: weights do not fit this model ({wrong[0]}: {tuple(tensors[wrong[0]].shape)} vs "
+                          f"{tuple(own[wrong[0]].shape)}; same vocabulary and dimensions needed)")
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     tied = {k for k in missing if _is_tied(model, k)}
     missing = [k for k in missing if k not in tied]
-    if strict and (missing or unexpected):
+    if unexpected or (strict and missing):
         raise DocnmtError(f"{path}: weights do not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    loaded = set(tensors) | tied
+    return [n for n, _ in model.named_parameters() if n in loaded]
 
 
 def _is_tied(model: torch.nn.Module, key: str) -> bool:

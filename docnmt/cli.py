@@ -32,6 +32,8 @@ TRAIN_FLAGS = {
     "--dropout": ("model.dropout", float, "dropout"),
     "--label-smoothing": ("train.label_smoothing", float, "label smoothing epsilon"),
     "--clip-norm": ("train.clip_norm", float, "gradient clipping (0 = off)"),
+    "--pretrained-lr-scale": ("train.pretrained_lr_scale", float,
+                              "lr of the parameters copied by --init-from, as a share of --lr (G-Transformer: 0.2)"),
     "--word-dropout": ("train.word_dropout", float, "P(word -> <mask>) on source and decoder input"),
     "--word-dropout-epochs": ("train.word_dropout_epochs", int, "word dropout in epochs 1..N only (0 = all)"),
     "--seed": ("train.seed", int, "random seed"),

@@ -140,9 +140,8 @@ class Trainer:
         self.model = build_model(cfg, self.vocab).to(self.device)
         self.amp_dtype = self._amp_dtype(tc.precision)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=tc.lr, betas=tuple(tc.adam_betas),
-                                          eps=tc.adam_eps, weight_decay=tc.weight_decay, fused=True)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt(tc.lr, tc.warmup_updates))
+        self.pretrained: list[str] = []   # parameters initialised from --init-from
+        self._build_optimizer()
         self.progress = Progress()
         self._validated_at = -1
         self._prepare_save_dir(force, init_from)
@@ -156,6 +155,32 @@ class Trainer:
     def make_train_set(self, epoch: int) -> InstanceSet:
         """The training instances of an epoch (a hook: dynamic segmentation rebuilds them)."""
         return InstanceSet(self.train_corpus, build_instances(self.train_corpus, self.cfg.data), self.joiner)
+
+    def _build_optimizer(self) -> None:
+        """Adam under one inverse-sqrt schedule; parameters initialised from another model
+        (``self.pretrained``) form their own group at ``lr × pretrained_lr_scale`` (SPEC §3.4)."""
+        tc = self.cfg.train
+        named = dict(self.model.named_parameters())
+        old = [named[n] for n in self.pretrained if n in named]
+        new = [p for n, p in named.items() if n not in set(self.pretrained)]
+        groups = [{"params": new, "lr": tc.lr}]
+        if old:
+            groups.append({"params": old, "lr": tc.lr * tc.pretrained_lr_scale})
+        self.optimizer = torch.optim.Adam(groups, lr=tc.lr, betas=tuple(tc.adam_betas), eps=tc.adam_eps,
+                                          weight_decay=tc.weight_decay, fused=True)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, inverse_sqrt(tc.lr, tc.warmup_updates))
+
+    def _init_from(self, source: str | Path) -> None:
+        """Copy the weights of a model directory or .safetensors file into the parameters of
+        the same name (a sentence model into a document model: its attention becomes the local
+        attention); the others keep their fresh initialisation. Logs what was copied."""
+        path = Path(source)
+        path = path / WEIGHTS if path.is_dir() else path
+        self.pretrained = load_weights(self.model, path, strict=False)
+        fresh = [n for n, _ in self.model.named_parameters() if n not in set(self.pretrained)]
+        log.info("initialised %d parameters from %s; %d fresh: %s", len(self.pretrained), path, len(fresh),
+                 ", ".join(fresh[:6]) + (" …" if len(fresh) > 6 else ""))
+        self._build_optimizer()
 
     def _amp_dtype(self, precision: str):
         """The autocast dtype: bf16 (fp16 where bf16 is missing) on CUDA by default, fp32 on CPU.
@@ -189,7 +214,7 @@ class Trainer:
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         if last is None or force:
             if init_from:
-                load_weights(self.model, Path(init_from) / WEIGHTS if Path(init_from).is_dir() else Path(init_from))
+                self._init_from(init_from)
             if self.dist.main:
                 d.mkdir(parents=True, exist_ok=True)
                 self.cfg.dump(d / "config.yaml")
@@ -204,6 +229,8 @@ class Trainer:
     def resume(self, path: Path) -> None:
         state = load_state(path)
         load_weights(self.model, path / WEIGHTS)
+        self.pretrained = list(state.get("pretrained", []))
+        self._build_optimizer()
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if "scaler" in state:
@@ -394,7 +421,7 @@ class Trainer:
         if self.dist.main:
             state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                      "scaler": self.scaler.state_dict(), "progress": self.progress.to_dict(),
-                     "rng": self._gather_rng()}
+                     "rng": self._gather_rng(), "pretrained": self.pretrained}
             save_checkpoint(self.save_dir, name, self.model, state, self.cfg.train.keep_last)
             if best:
                 save_weights(self.model, self.save_dir / WEIGHTS)

@@ -263,3 +263,44 @@ def test_group_format_is_required():
     with pytest.raises(ConfigError, match="separator: group"):
         build_model(cfg, type("V", (), {"__len__": lambda s: 50, "pad": 0, "bos": 2,
                                         "id": lambda s, x: 49})())
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+def test_fine_tuning_from_a_sentence_model(tmp_path):
+    """SPEC §3.4: the sentence model's attention becomes the local attention, global attention
+    and gates stay fresh, the two groups train at lr and 0.2·lr, and a resumed run keeps them."""
+    from safetensors.torch import load_file
+    data = tiny_data(tmp_path)
+    sent = tiny_config("sent2sent", max_update=3).override({"data.separator": "group"})
+    Trainer(sent, data, tmp_path / "sent", progress_bar=False).train()
+    doc_cfg = tiny_config("doc2doc", max_update=4, save_interval_updates=2, pretrained_lr_scale=0.2).override({
+        "model.method": "gtransformer", "data.separator": "group", "model.combined_enc_self": 1,
+        "model.combined_dec_self": 1, "model.combined_cross": 1})
+    tr = Trainer(doc_cfg, data, tmp_path / "gt", progress_bar=False, init_from=tmp_path / "sent")
+    weights = load_file(str(tmp_path / "sent" / "model.safetensors"))
+    params = dict(tr.model.named_parameters())
+    local = "decoder.layers.1.sublayers.1.attn.in_proj.weight"          # a combined cross-attention's local part
+    assert torch.equal(params[local], weights[local])
+    assert "decoder.layers.1.sublayers.1.attn_global.in_proj.weight" not in weights
+    assert set(tr.pretrained) == set(weights) & set(params)
+    lrs = [g["initial_lr"] for g in tr.optimizer.param_groups]
+    assert lrs == pytest.approx([tr.cfg.train.lr, 0.2 * tr.cfg.train.lr])
+    assert len(tr.optimizer.param_groups[1]["params"]) == len(tr.pretrained)
+    tr.train()
+    ratio = [g["lr"] for g in tr.optimizer.param_groups]
+    assert ratio[1] == pytest.approx(0.2 * ratio[0])                     # one schedule, two scales
+    # resumed with bf16 autocast: two parameter groups and mixed precision together (SPEC G7)
+    resumed = Trainer(doc_cfg.override({"train.max_update": 6, "train.precision": "bf16"}), data, tmp_path / "gt",
+                      progress_bar=False)
+    assert resumed.pretrained == tr.pretrained and len(resumed.optimizer.param_groups) == 2
+    resumed.train()
+    assert resumed.progress.updates == 6
+
+
+def test_init_from_a_model_of_another_size_is_a_clear_error(tmp_path):
+    from docnmt.errors import DocnmtError
+    data = tiny_data(tmp_path)
+    Trainer(tiny_config("sent2sent", max_update=1), data, tmp_path / "a", progress_bar=False).train()
+    bigger = tiny_config("sent2sent", max_update=1).override({"model.d_model": 48})
+    with pytest.raises(DocnmtError, match="do not fit"):
+        Trainer(bigger, data, tmp_path / "b", progress_bar=False, init_from=tmp_path / "a")
