@@ -59,3 +59,19 @@ class Timer:
 
     def __exit__(self, *a):
         self.seconds = time.perf_counter() - self.t0
+
+
+def time_forward_backward(model, batch: dict, repeats: int) -> tuple[float, float]:
+    """Median seconds of ``repeats`` training forward+backward passes (after one untimed) and
+    the peak memory they added (MB)."""
+    import numpy as np
+    from docnmt.train import forward_loss
+    base = peak_rss_mb()
+    times = []
+    for _ in range(repeats + 1):
+        with Timer() as t:
+            loss, _, _ = forward_loss(model, batch, 0.1)
+            loss.backward()
+        times.append(t.seconds)
+        model.zero_grad(set_to_none=True)
+    return float(np.median(times[1:])), peak_rss_mb() - base

@@ -19,7 +19,6 @@ def one(preset: str, length: int, threads: int, repeats: int) -> dict:
     import torch
     from docnmt.config import Config
     from docnmt.data import Corpus, InstanceSet, build_instances, make_joiner
-    from docnmt.train import forward_loss
     from docnmt.translate import build_model
     from docnmt.vocab import Vocab
     common.set_threads(threads)
@@ -34,16 +33,9 @@ def one(preset: str, length: int, threads: int, repeats: int) -> dict:
     batch = {"src": torch.as_tensor(src[None], dtype=torch.long),
              "tgt_in": torch.as_tensor(np.concatenate([[vocab.bos], tgt[:-1]])[None], dtype=torch.long),
              "labels": torch.as_tensor(tgt[None], dtype=torch.long)}
-    base = common.peak_rss_mb()
-    times = []
-    for _ in range(repeats + 1):
-        with common.Timer() as t:
-            loss, _, _ = forward_loss(model, batch, 0.1)
-            loss.backward()
-        times.append(t.seconds)
-        model.zero_grad(set_to_none=True)
-    return {"preset": preset, "length": length, "seconds": float(np.median(times[1:])),
-            "peak_memory_mb": common.peak_rss_mb(), "memory_over_model_mb": common.peak_rss_mb() - base}
+    seconds, memory = common.time_forward_backward(model, batch, repeats)
+    return {"preset": preset, "length": length, "seconds": seconds,
+            "peak_memory_mb": common.peak_rss_mb(), "memory_over_model_mb": memory}
 
 
 def main():

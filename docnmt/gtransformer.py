@@ -5,8 +5,9 @@ Four pieces, each an extension point of :mod:`docnmt.model` or :mod:`docnmt.sear
 * :func:`group_tags`: sentence tags from ``<s>`` counts (SPEC §3.1), recomputed from the whole
   prefix at every decoding step (the policy sees the prefix);
 * :class:`GroupAttentionPolicy`: group masks for encoder self-, decoder self- and cross-attention
-  (SPEC §3.2) under the usual kinds, and the global (padding/causal only) masks under
-  ``<kind>_global``;
+  (SPEC §3.2) under the usual kinds, given as tags (``AttnSpec.groups``) so that attention runs
+  sentence block by sentence block (:func:`docnmt.model.attention_grouped`) instead of over a
+  dense N×N mask; the global (padding/causal only) masks under ``<kind>_global``;
 * :class:`CombinedAttentionSublayer`: an :class:`~docnmt.model.AttentionSublayer` whose output
   is the gated mix of its local (group) attention and a second, global attention (SPEC §3.3);
   the top ``combined_*`` layers of each kind get it, the layers below plain group attention;
@@ -39,13 +40,6 @@ def group_tags(tokens: Tensor, bos: int, pad: int, eod: int) -> Tensor:
     return tags.masked_fill(tokens.eq(pad) | tokens.eq(eod), 0)
 
 
-def group_mask(q_tags: Tensor, k_tags: Tensor) -> Tensor:
-    """(B, 1, nq, nk), True = blocked: a tagged query sees only keys of its own group; tag-0
-    queries (pads, the EOD start) are unrestricted, so no row is ever fully blocked."""
-    q = q_tags[:, None, :, None]
-    return (q != k_tags[:, None, None, :]) & (q != 0)
-
-
 class GroupAttentionPolicy(AttentionPolicy):
     """Group masks under ``enc_self``/``dec_self``/``cross``; global ones under ``*_global``."""
 
@@ -59,7 +53,7 @@ class GroupAttentionPolicy(AttentionPolicy):
     def encoder_specs(self, src: Tensor, src_pad: Tensor) -> dict[str, AttnSpec]:
         key_pad = src_pad[:, None, None, :]
         tags = self.tags(src)
-        return {"enc_self": AttnSpec(mask=group_mask(tags, tags) | key_pad),
+        return {"enc_self": AttnSpec(mask=key_pad, groups=(tags, tags)),
                 "enc_self_global": AttnSpec(mask=key_pad)}
 
     def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int,
@@ -67,9 +61,9 @@ class GroupAttentionPolicy(AttentionPolicy):
         key_pad = src_pad[:, None, None, :]
         tags = self.tags(tgt)          # from the whole prefix: dynamic tags while decoding
         q_tags = tags[:, offset:]
-        return {"dec_self": AttnSpec(mask=group_mask(q_tags, tags), is_causal=True),
+        return {"dec_self": AttnSpec(is_causal=True, groups=(q_tags, tags)),
                 "dec_self_global": AttnSpec(is_causal=True),
-                "cross": AttnSpec(mask=group_mask(q_tags, self.tags(src)) | key_pad),
+                "cross": AttnSpec(mask=key_pad, groups=(q_tags, self.tags(src))),
                 "cross_global": AttnSpec(mask=key_pad)}
 
 

@@ -8,6 +8,9 @@ Methods differ from the baseline mainly in attention, so attention takes its var
 * ``mask``: boolean, True = blocked, broadcastable to (B, heads, queries, keys)
   (group masks built from sentence tags, SPEC §3.2);
 * ``is_causal``: the usual causal mask (decoder self-attention in training);
+* ``groups``: (query tags, key tags): a query with tag g > 0 sees only keys tagged g -- a group
+  mask in sparse form, which attention computes sentence block by sentence block without ever
+  building the N×N scores (SPEC §3.2);
 * ``q_add`` / ``k_add``: tensors added to the *inputs* of the query / key projections only,
   never the values (position-aware attention, SPEC §4.1);
 * ``bias``: an additive logit term, a tensor or a callable of the projected, per-head queries
@@ -174,6 +177,14 @@ class AttnSpec:
     k_add: Tensor | None = None
     bias: Tensor | Callable[[Tensor], Tensor] | None = None
     scale: Tensor | None = None
+    groups: tuple[Tensor, Tensor] | None = None
+
+
+def group_mask(q_tags: Tensor, k_tags: Tensor) -> Tensor:
+    """(B, 1, nq, nk), True = blocked: a tagged query sees only keys of its own group; tag-0
+    queries are unrestricted, so no row is ever fully blocked by it."""
+    q = q_tags[:, None, :, None]
+    return (q != k_tags[:, None, None, :]) & (q != 0)
 
 
 def attention_reference(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float = 0.0) -> Tensor:
@@ -192,8 +203,12 @@ def attention_reference(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout
 
 
 def _blocked(spec: AttnSpec, n_q: int, n_k: int, device) -> Tensor | None:
-    """The boolean blocked-mask of a spec, causal part included (queries aligned to the last keys)."""
+    """The boolean blocked-mask of a spec, causal and group parts included (queries aligned to
+    the last keys)."""
     blocked = spec.mask
+    if spec.groups is not None:
+        groups = group_mask(*spec.groups)
+        blocked = groups if blocked is None else blocked | groups
     if spec.is_causal and n_q > 1:  # a single (newest) query sees every cached key
         causal = torch.ones(n_q, n_k, dtype=torch.bool, device=device).triu(n_k - n_q + 1)
         blocked = causal if blocked is None else blocked | causal
@@ -210,6 +225,8 @@ def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: flo
     if q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled():
         with torch.autocast("cpu", enabled=False):   # CPU's bf16 SDPA backward is ~3x slower
             return attention_sdpa(q.float(), k.float(), v.float(), spec, dropout).to(q.dtype)
+    if GROUPED_ATTENTION and spec.groups is not None and spec.bias is None and q.size(-2) > 1 and _key_level(spec.mask):
+        return attention_grouped(q, k, v, spec, dropout)
     if spec.scale is not None:
         q = q * spec.scale
     if spec.bias is None:
@@ -224,6 +241,85 @@ def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: flo
     if blocked is not None:
         bias = bias.masked_fill(blocked, torch.finfo(q.dtype).min)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
+
+
+GROUPED_ATTENTION = True   # False: group masks as dense N×N masks (the reference cost, for benchmarks)
+
+
+def _key_level(mask: Tensor | None) -> bool:
+    return mask is None or (mask.dim() == 4 and mask.size(1) == 1 and mask.size(2) == 1)
+
+
+def _group_spans(tags: Tensor, n_groups: int) -> tuple[Tensor, Tensor]:
+    """First position and size of each group 1..n_groups in each row (B, n_groups). Tagged
+    tokens of one group are contiguous: tags count ``<s>`` tokens left to right."""
+    B, n = tags.shape
+    pos = torch.arange(n, device=tags.device).expand(B, n)
+    size = torch.zeros(B, n_groups + 1, dtype=torch.long, device=tags.device).scatter_add_(1, tags, torch.ones_like(tags))
+    start = torch.full((B, n_groups + 1), n, dtype=torch.long, device=tags.device)
+    start = start.scatter_reduce(1, tags, pos, "amin")
+    return start[:, 1:], size[:, 1:]
+
+
+def attention_grouped(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float = 0.0) -> Tensor:
+    """Group attention computed block by block (SPEC §3.2), equal to the dense masked form.
+
+    Each (row, group) pair becomes one block holding that sentence's queries and keys, padded to
+    the longest sentence, so time and memory grow with Σ sentence² rather than document²; tag-0
+    queries (the decoder's start token, pads) attend over everything the spec allows, computed
+    densely for those few queries only. ``spec.mask`` may only restrict keys (padding)."""
+    (q_tags, k_tags), B, h, nq, d = spec.groups, *q.shape
+    nk = k.size(2)
+    n_groups = int(max(q_tags.max(), k_tags.max()))
+    out = q.new_zeros(B, nq, h, d)
+    if n_groups > 0:
+        q_start, q_size = _group_spans(q_tags, n_groups)
+        k_start, k_size = _group_spans(k_tags, n_groups)
+        b_idx, g_idx = (q_size > 0).nonzero(as_tuple=True)                    # the blocks
+        q_start, q_size = q_start[b_idx, g_idx], q_size[b_idx, g_idx]
+        k_start, k_size = k_start[b_idx, g_idx], k_size[b_idx, g_idx]
+        lq, lk = int(q_size.max()), max(int(k_size.max()), 1)
+        q_pos = q_start[:, None] + torch.arange(lq, device=q.device)
+        k_pos = k_start[:, None] + torch.arange(lk, device=q.device)
+        q_real = torch.arange(lq, device=q.device) < q_size[:, None]
+        k_real = torch.arange(lk, device=q.device) < k_size[:, None]
+        q_flat = b_idx[:, None] * nq + q_pos.clamp(max=nq - 1)
+        k_flat = b_idx[:, None] * nk + k_pos.clamp(max=nk - 1)
+        qb = q.transpose(1, 2).reshape(B * nq, h, d)[q_flat].transpose(1, 2)  # (G, h, lq, d)
+        kb = k.transpose(1, 2).reshape(B * nk, h, d)[k_flat].transpose(1, 2)
+        vb = v.transpose(1, 2).reshape(B * nk, h, d)[k_flat].transpose(1, 2)
+        if spec.scale is not None:
+            scale = spec.scale.expand(B, -1, nq, 1).transpose(1, 2).reshape(B * nq, -1, 1)[q_flat]
+            qb = qb * scale.transpose(1, 2)
+        allowed = k_real
+        if spec.mask is not None:
+            allowed = allowed & ~spec.mask.expand(B, 1, 1, nk).reshape(B * nk)[k_flat]
+        allowed = allowed[:, None, None, :].expand(-1, 1, lq, lk)
+        if spec.is_causal:      # within a block, key j is visible to query i iff its position is not later
+            allowed = allowed & (k_pos[:, None, None, :] <= q_pos[:, None, :, None] + (nk - nq))
+        allowed = allowed | ~allowed.any(-1, keepdim=True)        # padding rows of a block: anything
+        ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=allowed, dropout_p=dropout)
+        ob = ob.transpose(1, 2)[q_real]                                        # (cells, h, d)
+        out = out.reshape(B * nq, h, d).index_copy(0, q_flat[q_real], ob).view(B, nq, h, d)
+    open_q = q_tags.eq(0)
+    if open_q.any():            # tag-0 queries (start token, pads): dense, but only for them
+        count = open_q.sum(1)
+        n0 = int(count.max())
+        pos = open_q.logical_not().to(torch.int8).argsort(dim=1, stable=True)[:, :n0]   # (B, n0)
+        real = torch.arange(n0, device=q.device) < count[:, None]
+        rows = q.gather(2, pos[:, None, :, None].expand(B, h, n0, d))
+        if spec.scale is not None:
+            rows = rows * spec.scale.expand(B, -1, nq, 1).gather(2, pos[:, None, :, None].expand(B, spec.scale.size(1), n0, 1))
+        blocked = torch.zeros(B, 1, n0, nk, dtype=torch.bool, device=q.device)
+        if spec.mask is not None:
+            blocked = blocked | spec.mask.expand(B, 1, 1, nk)
+        if spec.is_causal:
+            blocked = blocked | (torch.arange(nk, device=q.device) > pos[:, None, :, None] + (nk - nq))
+        blocked = blocked & blocked.logical_not().any(-1, keepdim=True)          # padding rows: anything
+        o = F.scaled_dot_product_attention(rows, k, v, attn_mask=~blocked, dropout_p=dropout)
+        b_idx = torch.arange(B, device=q.device)[:, None].expand(B, n0)
+        out = out.index_put((b_idx[real], pos[real]), o.transpose(1, 2)[real])
+    return out.transpose(1, 2)
 
 
 ATTENTION_IMPLS = {"sdpa": attention_sdpa, "reference": attention_reference}

@@ -5,9 +5,8 @@ import torch
 from _tiny import SHARED, tiny_config, tiny_data
 
 from docnmt.errors import ConfigError
-from docnmt.gtransformer import (CombinedAttentionSublayer, FrameConstraint, GroupAttentionPolicy, build,
-                                 group_mask, group_tags)
-from docnmt.model import AttentionSublayer, ModelConfig, State
+from docnmt.gtransformer import CombinedAttentionSublayer, FrameConstraint, GroupAttentionPolicy, build, group_tags
+from docnmt.model import AttentionSublayer, ModelConfig, State, _blocked, group_mask
 from docnmt.readers import read_documents
 from docnmt.search import SearchConfig, beam_search
 from docnmt.train import Trainer
@@ -60,8 +59,9 @@ def specs_for(src, tgt_in, offset=0):
 
 
 def full_blocked(spec, nq, nk):
-    causal = torch.ones(nq, nk, dtype=torch.bool).triu(1) if spec.is_causal else torch.zeros(nq, nk, dtype=torch.bool)
-    return causal if spec.mask is None else spec.mask | causal
+    """The dense blocked-mask a spec stands for (padding, causality and groups)."""
+    blocked = _blocked(spec, nq, nk, "cpu")
+    return torch.zeros(1, 1, nq, nk, dtype=torch.bool) if blocked is None else blocked
 
 
 def test_every_query_row_sees_a_key_and_cross_stays_in_its_sentence():
@@ -74,7 +74,7 @@ def test_every_query_row_sees_a_key_and_cross_stays_in_its_sentence():
         blocked = full_blocked(specs[kind], nq, nk).expand(2, 1, nq, nk)
         assert (~blocked).any(-1).all(), kind
     s_tags, t_tags = group_tags(src, BOS, PAD, EOD), group_tags(tgt_in, BOS, PAD, EOD)
-    visible = ~specs["cross"].mask[:, 0]
+    visible = ~full_blocked(specs["cross"], T, S)[:, 0]
     for b in range(2):
         for i in range(T):
             if t_tags[b, i] > 0:
@@ -91,9 +91,12 @@ def test_incremental_masks_are_rows_of_the_full_masks():
     full = specs_for(src, tgt_in)
     for t in range(1, tgt_in.size(1)):
         step = specs_for(src, tgt_in[:, : t + 1], offset=t)
-        for kind in ("dec_self", "cross"):
-            want = full[kind].mask[:, :, t: t + 1, : (t + 1 if kind == "dec_self" else None)]
-            assert torch.equal(step[kind].mask, want), (kind, t)
+        for kind, nk in (("dec_self", tgt_in.size(1)), ("cross", src.size(1))):
+            want = full_blocked(full[kind], tgt_in.size(1), nk).expand(2, 1, -1, -1)[:, :, t: t + 1]
+            if kind == "dec_self":
+                want = want[..., : t + 1]
+            got = full_blocked(step[kind], 1, t + 1 if kind == "dec_self" else nk).expand_as(want)
+            assert torch.equal(got, want), (kind, t)
 
 
 def test_group_mask_of_tag_zero_query_is_open():
