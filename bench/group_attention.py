@@ -3,7 +3,7 @@
     python bench/group_attention.py [--sentence-length 32] [--sentences 4 8 16 32 64 128]
 
 One instance (batch 1) of N sentences of S tokens each (source and target, group format), through
-a gtransformer_small model with group attention in every layer (``only_group``), once with
+a g_transformer_small model with group attention in every layer (``only_group``), once with
 docnmt's block-by-block group attention and once with the dense N×N masked form (what the
 official code does). Each setting runs in its own process so peak memory is its own. With the
 sentence length fixed, the block form should grow about linearly with the document length.
@@ -25,7 +25,7 @@ def one(n_sents: int, sent_len: int, dense: bool, threads: int, repeats: int) ->
     from docnmt.gtransformer import build
     common.set_threads(threads)
     model_module.GROUPED_ATTENTION = not dense
-    cfg = Config.load("gtransformer_small").override({"model.group_ablation": "only_group",
+    cfg = Config.load("g_transformer_small").override({"model.group_ablation": "only_group",
                                                       "model.max_positions": n_sents * (sent_len + 2) + 2})
     cfg.model.vocab_size, cfg.model.pad_id = 8000, 0
     bos, eos, eod = 2, 3, 7999

@@ -56,6 +56,10 @@ DECODE_FLAGS = {
     "--batch-tokens": ("decode.max_tokens", int, "source tokens per decoding batch"),
     "--batch-size": ("decode.max_sentences", int, "instances per decoding batch"),
     "--precision": ("decode.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 (autocast)"),
+    "--official-start": ("decode.official_start", str,
+                         "true: G-Transformer starts decoding from <s> like the official code (default: EOD, as in training)"),
+    "--max-instance-tokens": ("data.max_instance_tokens", int,
+                              "Doc2Doc: split documents into instances of fewer tokens (0 = whole documents)"),
 }
 
 
@@ -201,6 +205,7 @@ def cmd_translate(args) -> int:
     if args.greedy:
         overrides["decode.beam"] = 1
     cfg = translator.cfg.override(overrides) if overrides else translator.cfg
+    translator.cfg = cfg
     inputs = args.input or ["-"]
     if args.output and Path(args.output).exists() and not args.force:
         raise DocnmtError(f"{args.output} exists; pass --force to overwrite it")

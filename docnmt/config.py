@@ -60,6 +60,7 @@ class DecodeConfig(SearchConfig):
     max_tokens: int = 8000       # source tokens per decoding batch
     max_sentences: int = 64      # instances per decoding batch
     precision: str = "auto"      # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
+    official_start: bool = False  # G-Transformer: start from <s> as the official generator does (SPEC G4)
 
 
 @dataclass

@@ -153,6 +153,10 @@ def doc2sent_instances(corpus: Corpus, context: int) -> np.ndarray:
 
 
 def doc2doc_instances(corpus: Corpus, max_tokens: int = 512, max_sents: int = 1000) -> np.ndarray:
+    """Documents split by the §2.3 rule; ``max_tokens <= 0``: whole documents, one instance each."""
+    if max_tokens <= 0:
+        return np.asarray([(*_bounds(corpus, d), _bounds(corpus, d)[0]) for d in range(corpus.n_docs)],
+                          dtype=np.int64).reshape(-1, 3)
     costs = sentence_costs(corpus)
     rows = [(a, b, a) for d in range(corpus.n_docs)
             for a, b in greedy_split(costs, *_bounds(corpus, d), max_tokens, max_sents)]
@@ -191,7 +195,7 @@ class ModeConfig:
 
     mode: str = "sent2sent"
     context: int = 3                 # doc2sent: previous source sentences
-    max_instance_tokens: int = 512   # doc2doc / mr: the §2.3 budget
+    max_instance_tokens: int = 512   # doc2doc / mr: the §2.3 budget (doc2doc: <= 0 = whole documents)
     max_instance_sents: int = 1000
     separator: str = "index"         # index: <sepI> (PT) | uniform: <sep> | group: <s> x </s> (GT)
     mix_sentences: bool = False

@@ -88,6 +88,13 @@ class Translator:
                     *(v.id(s) for s in ("<mask>", "<eod>") if s in v.symbol_ids)}
         return sorted(specials - self.joiner.output_specials(sentence_targets) - {self.joiner.end})
 
+    def start_token(self, search) -> int:
+        """The token decoding starts from: the format's, or ``<s>`` for a G-Transformer with
+        ``official_start`` (the official generator's start, which training never shows, SPEC G4)."""
+        if self.cfg.model.method == "gtransformer" and getattr(search, "official_start", False):
+            return self.vocab.bos
+        return self.joiner.start
+
     def constraints(self, src: torch.Tensor) -> dict:
         """Method-specific search arguments: G-Transformer's sentence frame (SPEC §3.5)."""
         if self.cfg.model.method != "gtransformer":
@@ -107,7 +114,8 @@ class Translator:
         max_pos = self.cfg.model.max_positions
         corpus = Corpus.encode(docs, self.vocab, max_sentence_tokens=max_pos - 2, origin=origin)
         iset = InstanceSet(corpus, build_instances(corpus, self.cfg.data, training=False), self.joiner)
-        check_lengths(iset, max_pos, origin)
+        if self.cfg.data.max_instance_tokens > 0 or not self.cfg.data.is_document_level:
+            check_lengths(iset, max_pos, origin)     # whole documents: positions extend as needed
         outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
         report = CoverageReport(documents=len(docs), sentences=corpus.n_sents, instances=len(iset))
         sentence_targets = not self.cfg.data.is_document_level
@@ -120,7 +128,7 @@ class Translator:
         for idx in batches:
             src = iset.collate(idx)["src"].to(self.device)
             with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                hyps = beam_search(self.model, src, search, self.joiner.start, self.joiner.end,
+                hyps = beam_search(self.model, src, search, self.start_token(search), self.joiner.end,
                                    banned=self.banned_ids(sentence_targets), **self.constraints(src))
             for k, nbest in zip(idx, hyps):
                 _, end, tstart = iset.rows[k]

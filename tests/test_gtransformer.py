@@ -259,6 +259,14 @@ def test_train_and_translate_documents(tmp_path):
     assert report.instances > 2 and report.malformed_instances == 0     # the frame guarantees it
     single, _ = tr.translate(docs, tr.cfg.decode.__class__(**{**vars(search), "max_sentences": 1}))
     assert [d.tgt for d in single] == [d.tgt for d in out]
+    # the official generator's start token (<s>): the frame still holds
+    official, report = tr.translate(docs, tr.cfg.decode.__class__(**{**vars(search), "official_start": True}))
+    assert [len(d.tgt) for d in official] == [len(d.src) for d in docs] and report.malformed_instances == 0
+    # whole documents, one instance each, when asked
+    tr.cfg = tr.cfg.override({"data.max_instance_tokens": 0})
+    whole, report = tr.translate(docs, search)
+    assert report.instances == len(docs) and report.malformed_instances == 0
+    assert [len(d.tgt) for d in whole] == [len(d.src) for d in docs]
 
 
 def test_group_format_is_required():
