@@ -1,13 +1,20 @@
-"""G-Transformer's group attention: time and memory of one forward+backward as documents grow.
+"""G-Transformer vs the vanilla Transformer: time and memory of one forward+backward as documents grow.
 
-    python bench/group_attention.py [--sentence-length 32] [--sentences 4 8 16 32 64 128]
+    python bench/group_attention.py [--sentence-length 32] [--tokens 512 1024 2048 4096 8192]
+                                    [--models vanilla gt gt_local gt_local_dense vanilla_explicit]
 
-One instance (batch 1) of N sentences of S tokens each (source and target, group format), through
-a g_transformer_small model with group attention in every layer (``only_group``), once with
-docnmt's block-by-block group attention and once with the dense N×N masked form (what the
-official code does). Each setting runs in its own process so peak memory is its own. With the
-sentence length fixed, the block form should grow about linearly with the document length.
-Saves bench/results/group_attention.json.
+One instance (batch 1) of N sentences of S tokens each (source and target, group format for the
+G-Transformer), Tier M size (3+3 layers, d=256). Models:
+
+* ``vanilla``: the Transformer (Doc2Doc), attention through SDPA;
+* ``vanilla_explicit``: the same with explicit N×N attention weights, as fairseq computes them;
+* ``gt``: G-Transformer (group attention, combined attention in the top 2 layers of each kind);
+* ``gt_local``: G-Transformer with group attention in every layer (``only_group``), block-wise;
+* ``gt_local_dense``: the same with dense N×N masks (the official code's cost).
+
+Each (model, length) runs in its own process so its peak memory is its own; memory is the peak
+resident memory added by the passes (activations, gradients, workspace). Saves
+bench/results/group_attention.json.
 """
 from __future__ import annotations
 
@@ -16,48 +23,60 @@ import json
 
 import common
 
+MODELS = ("vanilla", "vanilla_explicit", "gt", "gt_local", "gt_local_dense")
 
-def one(n_sents: int, sent_len: int, dense: bool, threads: int, repeats: int) -> dict:
+
+def one(model_name: str, tokens: int, sent_len: int, threads: int, repeats: int) -> dict:
     import numpy as np
     import torch
     from docnmt import model as model_module
     from docnmt.config import Config
     from docnmt.gtransformer import build
+    from docnmt.model import Transformer
     common.set_threads(threads)
-    model_module.GROUPED_ATTENTION = not dense
-    cfg = Config.load("g_transformer_small").override({"model.group_ablation": "only_group",
-                                                      "model.max_positions": n_sents * (sent_len + 2) + 2})
+    n_sents = max(1, tokens // (sent_len + 2))
+    over = {"model.max_positions": n_sents * (sent_len + 2) + 2}
+    if model_name.startswith("gt_local"):
+        over["model.group_ablation"] = "only_group"
+    cfg = Config.load("g_transformer_small").override(over)
     cfg.model.vocab_size, cfg.model.pad_id = 8000, 0
     bos, eos, eod = 2, 3, 7999
-    model = build(cfg.model, bos, eod).train()
+    model_module.GROUPED_ATTENTION = model_name != "gt_local_dense"
+    model_module.MultiheadAttention.impl = "reference" if model_name == "vanilla_explicit" else "sdpa"
+    if model_name.startswith("vanilla"):
+        cfg.model.method = "transformer"
+        model = Transformer(cfg.model).train()
+    else:
+        model = build(cfg.model, bos, eod).train()
     rng = np.random.default_rng(0)
     body = np.concatenate([np.concatenate([[bos], rng.integers(4, 7990, sent_len), [eos]]) for _ in range(n_sents)])
     batch = {"src": torch.as_tensor(body[None]), "tgt_in": torch.as_tensor(np.concatenate([[eod], body])[None]),
              "labels": torch.as_tensor(np.concatenate([body, [eod]])[None])}
     seconds, memory = common.time_forward_backward(model, batch, repeats)
-    return {"sentences": n_sents, "sentence_length": sent_len, "tokens": int(body.size), "dense": dense,
+    return {"model": model_name, "sentences": n_sents, "sentence_length": sent_len, "tokens": int(body.size),
             "seconds": seconds, "memory_over_model_mb": memory}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sentence-length", type=int, default=32)
-    ap.add_argument("--sentences", nargs="+", type=int, default=[4, 8, 16, 32, 64, 128])
+    ap.add_argument("--tokens", nargs="+", type=int, default=[512, 1024, 2048, 4096, 8192])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--one", nargs=2, type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one(a.one[0], a.sentence_length, bool(a.one[1]), a.threads, a.repeats)))
+        print(json.dumps(one(a.one[0], int(a.one[1]), a.sentence_length, a.threads, a.repeats)))
         return
     results = []
-    print(f"{'tokens':>7} {'block s':>9} {'dense s':>9} {'block MB':>9} {'dense MB':>9}")
-    for n in a.sentences:
-        rows = [common.run_isolated(__file__, "--one", n, dense, "--sentence-length", a.sentence_length,
-                                    "--threads", a.threads, "--repeats", a.repeats) for dense in (0, 1)]
+    print(f"{'tokens':>7} " + " ".join(f"{m + ' s':>18} {'MB':>6}" for m in a.models))
+    for n in a.tokens:
+        rows = [common.run_isolated(__file__, "--one", m, n, "--sentence-length", a.sentence_length,
+                                    "--threads", a.threads, "--repeats", a.repeats) for m in a.models]
         results += rows
-        print(f"{rows[0]['tokens']:7d} {rows[0]['seconds']:9.3f} {rows[1]['seconds']:9.3f} "
-              f"{rows[0]['memory_over_model_mb']:9.0f} {rows[1]['memory_over_model_mb']:9.0f}", flush=True)
+        print(f"{rows[0]['tokens']:7d} " + " ".join(f"{r['seconds']:18.3f} {r['memory_over_model_mb']:6.0f}"
+                                                     for r in rows), flush=True)
     common.save("group_attention", results)
 
 

@@ -187,8 +187,8 @@ def group_mask(q_tags: Tensor, k_tags: Tensor) -> Tensor:
     return (q != k_tags[:, None, None, :]) & (q != 0)
 
 
-def attention_reference(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float = 0.0) -> Tensor:
-    """Explicit softmax attention on (B, h, n, d_h) tensors; the reference SDPA is tested against."""
+def attention_weights(q: Tensor, k: Tensor, spec: AttnSpec) -> Tensor:
+    """Explicit softmax attention weights (B, h, nq, nk), in fp32."""
     if spec.scale is not None:
         q = q * spec.scale
     logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
@@ -197,7 +197,12 @@ def attention_reference(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout
     blocked = _blocked(spec, q.size(-2), k.size(-2), q.device)
     if blocked is not None:
         logits = logits.masked_fill(blocked, torch.finfo(logits.dtype).min)
-    weights = torch.softmax(logits.float(), dim=-1).to(v.dtype)
+    return torch.softmax(logits.float(), dim=-1)
+
+
+def attention_reference(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float = 0.0) -> Tensor:
+    """Explicit softmax attention on (B, h, n, d_h) tensors; the reference SDPA is tested against."""
+    weights = attention_weights(q, k, spec).to(v.dtype)
     weights = F.dropout(weights, dropout, training=dropout > 0)
     return weights @ v
 
@@ -379,9 +384,41 @@ class MultiheadAttention(nn.Module):
             cache[self.name] = (k, v)
             if static_kv:
                 cache.setdefault("_static", set()).add(self.name)
+        if AttentionProbe.active is not None:
+            AttentionProbe.active.record(self.name, q, k, spec)
         out = ATTENTION_IMPLS[self.impl](q, k, v, spec, self.dropout if self.training else 0.0)
         b, _, n, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+class AttentionProbe:
+    """While active (``with AttentionProbe() as probe``), every attention call records the
+    entropy in bits of its head-averaged weights for each query, (B, nq) under the module's name
+    (SPEC §8.5). It costs an explicit N×N product per call, so it is for evaluation passes."""
+
+    active: "AttentionProbe | None" = None
+
+    def __init__(self):
+        self.entropy: dict[str, list[Tensor]] = {}
+
+    def __enter__(self) -> "AttentionProbe":
+        AttentionProbe.active = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        AttentionProbe.active = None
+
+    def record(self, name: str, q: Tensor, k: Tensor, spec: AttnSpec) -> None:
+        with torch.no_grad():
+            w = attention_weights(q, k, spec).mean(1)                          # head average
+            self.entropy.setdefault(name, []).append(-(w * w.clamp_min(1e-30).log2()).sum(-1))
+
+
+def module_kind(name: str) -> str:
+    """``enc.3.self`` -> ``enc_self``, ``dec.1.cross.global`` -> ``cross_global``."""
+    parts = name.split(".")
+    kind = "cross" if parts[2] == "cross" else f"{parts[0]}_self"
+    return kind + "".join(f"_{p}" for p in parts[3:])
 
 
 # --------------------------------------------------------------------------------------------

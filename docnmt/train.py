@@ -29,6 +29,7 @@ from .checkpoint import (WEIGHTS, atomic_write, last_checkpoint, load_state, loa
 from .config import Config
 from .data import Corpus, InstanceSet, build_instances, make_joiner, token_batches, word_dropout
 from .errors import DocnmtError
+from .model import AttentionProbe, module_kind
 from .translate import Translator, build_model
 from .vocab import Vocab
 
@@ -38,6 +39,28 @@ log = logging.getLogger("docnmt.train")
 # --------------------------------------------------------------------------------------------
 # Pieces
 # --------------------------------------------------------------------------------------------
+
+class EntropyMeter:
+    """Attention entropy per module kind (SPEC §8.5): per instance the mean over its real
+    (non-pad) queries of the entropy in bits of the head-averaged weights, averaged over the
+    layers of that kind and over instances."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, probe: AttentionProbe, batch: dict, pad: int) -> None:
+        for name, records in probe.entropy.items():
+            kind = module_kind(name)
+            real = batch["src" if kind.startswith("enc") else "tgt_in"].ne(pad)
+            for h in records:
+                per_instance = (h * real).sum(1) / real.sum(1).clamp_min(1)
+                self.sums[kind] = self.sums.get(kind, 0.0) + float(per_instance.sum())
+                self.counts[kind] = self.counts.get(kind, 0) + h.size(0)
+
+    def result(self) -> dict[str, float]:
+        return {k: self.sums[k] / self.counts[k] for k in sorted(self.sums)}
+
 
 def inverse_sqrt(peak: float, warmup: int):
     """fairseq ``inverse_sqrt`` as a factor of the peak: u/W during warm-up, sqrt(W/u) after."""
@@ -370,14 +393,20 @@ class Trainer:
         self.model.eval()
         loss = nll = 0.0
         ntok = 0
+        entropy = EntropyMeter() if self.cfg.train.attention_entropy else None
         for b in token_batches(self.valid.src_lens, self.valid.tgt_lens, self.cfg.train.max_tokens, shuffle=False):
             batch = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in self.valid.collate(b).items()}
             with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
-                                enabled=self.amp_dtype is not None):
+                                enabled=self.amp_dtype is not None), \
+                    (AttentionProbe() if entropy else contextlib.nullcontext()) as probe:
                 l_, n_, t_ = forward_loss(self.model, batch, self.cfg.train.label_smoothing)
             loss += float(l_); nll += float(n_); ntok += t_
+            if entropy:
+                entropy.add(probe, batch, self.vocab.pad)
         out = {"valid_loss": loss / ntok / math.log(2), "valid_nll_loss": nll / ntok / math.log(2),
                "valid_ppl": 2 ** (nll / ntok / math.log(2))}
+        if entropy:
+            out.update({f"valid_entropy_{k}": v for k, v in entropy.result().items()})
         if self.cfg.train.valid_bleu:
             out.update(self.valid_bleu())
         return out

@@ -1,4 +1,6 @@
 """G-Transformer (SPEC §3, §13 items 1-4): tags, group masks, combined attention, frame decoding."""
+import math
+
 import pytest
 import torch
 
@@ -249,6 +251,11 @@ def test_train_and_translate_documents(tmp_path):
         "model.method": "gtransformer", "data.separator": "group", "model.combined_enc_self": 1,
         "model.combined_dec_self": 1, "model.combined_cross": 1, "data.max_instance_tokens": 160})
     Trainer(cfg, data, tmp_path / "m", progress_bar=False).train()
+    import json
+    valid = [json.loads(ln) for ln in (tmp_path / "m/metrics.jsonl").read_text().splitlines() if "valid_loss" in ln]
+    kinds = {k[len("valid_entropy_"):] for k in valid[-1] if k.startswith("valid_entropy_")}
+    assert kinds == {"enc_self", "enc_self_global", "dec_self", "dec_self_global", "cross", "cross_global"}
+    assert valid[-1]["valid_entropy_cross"] < valid[-1]["valid_entropy_cross_global"]   # groups: fewer keys
     tr = Translator.load(tmp_path / "m", device="cpu")
     docs = [d for d in read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[:2]]
     for d in docs:
@@ -315,3 +322,24 @@ def test_init_from_a_model_of_another_size_is_a_clear_error(tmp_path):
     bigger = tiny_config("sent2sent", max_update=1).override({"model.d_model": 48})
     with pytest.raises(DocnmtError, match="do not fit"):
         Trainer(bigger, data, tmp_path / "b", progress_bar=False, init_from=tmp_path / "a")
+
+
+def test_attention_entropy_probe_matches_its_definition():
+    """SPEC §8.5: entropy in bits of head-averaged weights, per query; uniform attention over m
+    keys has log2(m) bits; group attention over sentences of 3 and 2 tokens has less than global."""
+    from docnmt.model import AttentionProbe, AttnSpec, MultiheadAttention, module_kind
+    torch.manual_seed(0)
+    mha = MultiheadAttention(CFG.d_model, CFG.heads, name="enc.0.self")
+    with torch.no_grad():
+        mha.in_proj.weight.zero_()          # all logits 0: uniform weights
+    x = torch.randn(1, 5, CFG.d_model)
+    tags = torch.tensor([[1, 1, 1, 2, 2]])
+    with AttentionProbe() as probe:
+        mha(x, x, AttnSpec())
+        mha(x, x, AttnSpec(groups=(tags, tags)))
+    full, group = probe.entropy["enc.0.self"]
+    torch.testing.assert_close(full, torch.full((1, 5), math.log2(5)))
+    torch.testing.assert_close(group, torch.tensor([[math.log2(3)] * 3 + [1.0] * 2]))
+    assert AttentionProbe.active is None
+    assert [module_kind(n) for n in ("enc.2.self", "dec.0.self", "dec.1.cross", "dec.1.cross.global")] == \
+        ["enc_self", "dec_self", "cross", "cross_global"]
