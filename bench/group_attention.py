@@ -64,6 +64,8 @@ def main():
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--explicit-max", type=int, default=4096,
+                    help="longest input for vanilla_explicit (its N×N weights take ≥1 GB per attention at 8192)")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
@@ -72,11 +74,13 @@ def main():
     results = []
     print(f"{'tokens':>7} " + " ".join(f"{m + ' s':>18} {'MB':>6}" for m in a.models))
     for n in a.tokens:
-        rows = [common.run_isolated(__file__, "--one", m, n, "--sentence-length", a.sentence_length,
+        rows = [None if m == "vanilla_explicit" and n > a.explicit_max else
+                common.run_isolated(__file__, "--one", m, n, "--sentence-length", a.sentence_length,
                                     "--threads", a.threads, "--repeats", a.repeats) for m in a.models]
-        results += rows
-        print(f"{rows[0]['tokens']:7d} " + " ".join(f"{r['seconds']:18.3f} {r['memory_over_model_mb']:6.0f}"
-                                                     for r in rows), flush=True)
+        results += [r for r in rows if r]
+        tokens = next(r["tokens"] for r in rows if r)
+        print(f"{tokens:7d} " + " ".join(f"{r['seconds']:18.3f} {r['memory_over_model_mb']:6.0f}" if r else
+                                         f"{'-':>18} {'-':>6}" for r in rows), flush=True)
     common.save("group_attention", results)
 
 
