@@ -231,6 +231,8 @@ def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: flo
         with torch.autocast("cpu", enabled=False):   # CPU's bf16 SDPA backward is ~3x slower
             return attention_sdpa(q.float(), k.float(), v.float(), spec, dropout).to(q.dtype)
     if GROUPED_ATTENTION and spec.groups is not None and spec.bias is None and q.size(-2) > 1 and _key_level(spec.mask):
+        if q.is_cuda and dropout == 0.0:
+            return attention_flex(q, k, v, spec)
         return attention_grouped(q, k, v, spec, dropout)
     if spec.scale is not None:
         q = q * spec.scale
@@ -325,6 +327,35 @@ def attention_grouped(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: 
         b_idx = torch.arange(B, device=q.device)[:, None].expand(B, n0)
         out = out.index_put((b_idx[real], pos[real]), o.transpose(1, 2)[real])
     return out.transpose(1, 2)
+
+
+_FLEX = None
+
+
+def attention_flex(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tensor:
+    """Group attention through FlexAttention with a block mask built from the tags, key padding
+    and causality, so blocks with no visible key are skipped (the CUDA path; compiled there).
+    Same semantics as :func:`attention_grouped`; no attention dropout."""
+    global _FLEX
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    if _FLEX is None:
+        _FLEX = torch.compile(flex_attention) if q.is_cuda else flex_attention
+    (q_tags, k_tags), B, nq, nk = spec.groups, q.size(0), q.size(2), k.size(2)
+    key_ok = None if spec.mask is None else ~spec.mask.expand(B, 1, 1, nk)[:, 0, 0]
+    shift, causal = nk - nq, spec.is_causal
+
+    def visible(b, h, i, j):
+        ok = (q_tags[b, i] == k_tags[b, j]) | (q_tags[b, i] == 0)
+        if key_ok is not None:
+            ok = ok & key_ok[b, j]
+        if causal:
+            ok = ok & (j <= i + shift)
+        return ok
+
+    block_mask = create_block_mask(visible, B, None, nq, nk, device=q.device)
+    if spec.scale is not None:
+        q = q * spec.scale.to(q.dtype)
+    return _FLEX(q, k, v, block_mask=block_mask)
 
 
 ATTENTION_IMPLS = {"sdpa": attention_sdpa, "reference": attention_reference}

@@ -1,12 +1,14 @@
 """The Transformer and its attention hooks (SPEC §1, and the extension points of §3.2 and §4.1)."""
 import math
+import warnings
 
 import pytest
 import torch
 
 from docnmt import model as model_module
 from docnmt.model import (AttentionPolicy, AttnSpec, Dropout, ModelConfig, MultiheadAttention, Transformer,
-                          attention_grouped, attention_reference, attention_sdpa, linear, sinusoidal_table)
+                          attention_flex, attention_grouped, attention_reference, attention_sdpa, linear,
+                          sinusoidal_table)
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
 
@@ -136,6 +138,11 @@ def test_grouped_attention_equals_dense_masked_attention(kind):
     for fast, ref in zip(*results):
         torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-5)
     assert attention_sdpa(q, k, v, spec).shape == results[0][0].shape      # sdpa dispatches to it
+    # the CUDA path (FlexAttention with a block mask) has the same forward; on CPU it runs eagerly
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        flex = attention_flex(q.detach(), k.detach(), v.detach(), spec)
+        torch.testing.assert_close(flex, results[1][0], rtol=1e-5, atol=1e-5)
 
 
 # ---- a query/key-only position addition (SPEC §4.1) --------------------------------------------
