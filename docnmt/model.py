@@ -13,8 +13,9 @@ Methods differ from the baseline mainly in attention, so attention takes its var
   building the N×N scores (SPEC §3.2);
 * ``q_add`` / ``k_add``: tensors added to the *inputs* of the query / key projections only,
   never the values (position-aware attention, SPEC §4.1);
-* ``bias``: an additive logit term, a tensor or a callable of the projected, per-head queries
-  (relative positions, SPEC §4.2);
+* ``bias``: an additive logit term, a tensor or a callable ``bias(q, name)`` of the projected,
+  per-head (and scaled) queries and the attention module's name, which the module turns into a
+  tensor before attending (relative positions, per-layer tables, SPEC §4.2);
 * ``scale``: a per-query multiplier of the logits (length-aware attention, SPEC §6.2).
 
 Which spec each attention call receives is decided by the model's :class:`AttentionPolicy`
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -52,13 +53,21 @@ class ModelConfig:
     pre_norm: bool = False
     share_embeddings: bool = True
     max_positions: int = 1024
-    method: str = "transformer"     # transformer | gtransformer
+    method: str = "transformer"     # transformer | gtransformer | ptransformer
     # G-Transformer (docnmt/gtransformer.py, SPEC §3): top layers with combined attention per
     # attention kind, and the paper's ablations
     combined_enc_self: int = 2
     combined_dec_self: int = 2
     combined_cross: int = 2
     group_ablation: str = "none"    # none | only_group | only_global | no_target_context | no_source_context
+    # P-Transformer (docnmt/ptransformer.py, SPEC §4): position-aware attention per kind, the
+    # relative term, its clipping distance and table sharing (all | side | layer)
+    pos_attn_enc_self: bool = True
+    pos_attn_dec_self: bool = True
+    pos_attn_cross: bool = True
+    rel_positions: bool = True
+    rel_max_distance: int = 512
+    rel_sharing: str = "all"
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,7 +184,7 @@ class AttnSpec:
     is_causal: bool = False
     q_add: Tensor | None = None
     k_add: Tensor | None = None
-    bias: Tensor | Callable[[Tensor], Tensor] | None = None
+    bias: Tensor | Callable[[Tensor, str], Tensor] | None = None
     scale: Tensor | None = None
     groups: tuple[Tensor, Tensor] | None = None
 
@@ -193,7 +202,7 @@ def attention_weights(q: Tensor, k: Tensor, spec: AttnSpec) -> Tensor:
         q = q * spec.scale
     logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
     if spec.bias is not None:
-        logits = logits + (spec.bias(q) if callable(spec.bias) else spec.bias)
+        logits = logits + spec.bias
     blocked = _blocked(spec, q.size(-2), k.size(-2), q.device)
     if blocked is not None:
         logits = logits.masked_fill(blocked, torch.finfo(logits.dtype).min)
@@ -243,7 +252,7 @@ def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: flo
                                                   is_causal=spec.is_causal and n_q > 1)
         allowed = ~_blocked(spec, q.size(-2), k.size(-2), q.device)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout)
-    bias = (spec.bias(q) if callable(spec.bias) else spec.bias).to(q.dtype)
+    bias = spec.bias.to(q.dtype)
     blocked = _blocked(spec, q.size(-2), k.size(-2), q.device)
     if blocked is not None:
         bias = bias.masked_fill(blocked, torch.finfo(q.dtype).min)
@@ -415,6 +424,8 @@ class MultiheadAttention(nn.Module):
             cache[self.name] = (k, v)
             if static_kv:
                 cache.setdefault("_static", set()).add(self.name)
+        if callable(spec.bias):
+            spec = replace(spec, bias=spec.bias(q if spec.scale is None else q * spec.scale, self.name))
         if AttentionProbe.active is not None:
             AttentionProbe.active.record(self.name, q, k, spec)
         out = ATTENTION_IMPLS[self.impl](q, k, v, spec, self.dropout if self.training else 0.0)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import gtransformer
+from . import gtransformer, ptransformer
 from .checkpoint import WEIGHTS, load_weights
 from .config import Config
 from .data import Corpus, InstanceSet, build_instances, make_joiner, token_batches
@@ -33,8 +33,10 @@ def build_model(cfg: Config, vocab: Vocab) -> Transformer:
         if cfg.data.separator != "group":
             raise ConfigError("a G-Transformer needs the group data format (data.separator: group)")
         return gtransformer.build(cfg.model, vocab.bos, vocab.id("<eod>"))
+    if cfg.model.method == "ptransformer":
+        return ptransformer.build(cfg.model)
     if cfg.model.method != "transformer":
-        raise ConfigError(f"unknown model.method {cfg.model.method!r}; choose transformer or gtransformer")
+        raise ConfigError(f"unknown model.method {cfg.model.method!r}; choose transformer, gtransformer or ptransformer")
     return Transformer(cfg.model, AttentionPolicy(cfg.model))
 
 

@@ -23,7 +23,7 @@ def test_sdpa_matches_reference(kind):
     q, k, v = rand_qkv(nq=7)
     mask = torch.zeros(2, 1, 1, 7, dtype=torch.bool)
     mask[1, ..., 5:] = True
-    bias = lambda qh: qh.sum(-1, keepdim=True).expand(-1, -1, -1, 7) * 0.1  # noqa: E731
+    bias = q.sum(-1, keepdim=True).expand(-1, -1, -1, 7) * 0.1
     scale = torch.rand(2, 1, 7, 1) + 0.5
     spec = {"none": AttnSpec(), "mask": AttnSpec(mask=mask), "causal": AttnSpec(is_causal=True),
             "bias": AttnSpec(bias=bias), "scale": AttnSpec(scale=scale),

@@ -1,0 +1,108 @@
+"""P-Transformer (Li et al.): position-aware attention and a relative position term (SPEC §4).
+
+No public code exists; this is docnmt's reference implementation. It is one
+:class:`~docnmt.model.AttentionPolicy`; the Transformer, its layers and the data formats are
+the core's (Doc2Doc with ``<sepI>`` separators, Doc2Sent, Sent2Sent, mixtures).
+
+* **Position-aware attention** (§4.1): the unscaled sinusoidal embedding P of each token's
+  absolute position is added to the *inputs* of the query and key projections, never the values
+  (``AttnSpec.q_add`` / ``k_add``): Q = (X+P)W_Q, K = (X+P)W_K, V = XW_V in self-attention, and
+  Q = (X_t+P_t)W_Q, K = (H_s+P_s)W_K, V = H_sW_V in cross-attention (Eq. 7; Eq. 6 swaps them).
+  No new parameters. In incremental decoding the new query uses P at its own position.
+* **Relative term** (§4.2, Music-Transformer style) in every self-attention:
+  logits[i, j] += q_i · E[r(i, j)] / sqrt(d_h) with r(i, j) = clip(j − i, −M, M) + M, computed as
+  A = Q Eᵀ (n × (2M+1)) and a gather A[i, r(i, j)], never the I×I×d_h tensor. The queries are
+  the position-aware ones. By default one table E ((2M+1) × d_h) is shared by all heads, layers,
+  encoder and decoder (the paper's +65.6K parameters imply it, SPEC P5/C8).
+
+Choices where the paper is silent (SPEC C6, C8): sign j − i (key minus query); scaling
+1/sqrt(d_h) on both terms; table size 2·M+1 with M = ``rel_max_distance`` (512), clipped
+beyond; E initialised N(0, d_h^-1/2); ``rel_sharing``: ``all`` (default), ``side`` (one table
+for the encoder, one for the decoder) or ``layer`` (one per self-attention layer). P reaches the
+first layer's queries and keys twice (the embedding already contains it), as the paper's
+formulation implies.
+
+Ablations (the paper's Table V): ``pos_attn_cross`` / ``pos_attn_enc_self`` /
+``pos_attn_dec_self`` switch P off in one kind of attention, ``rel_positions`` the relative term.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .errors import ConfigError
+from .model import AttentionPolicy, AttnSpec, ModelConfig, Transformer, sinusoidal_table
+
+SHARING = ("all", "side", "layer")
+
+
+class PositionAwarePolicy(AttentionPolicy):
+    """Specs with P added to query/key inputs and, in self-attention, the relative logit term."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        if cfg.rel_sharing not in SHARING:
+            raise ConfigError(f"unknown rel_sharing {cfg.rel_sharing!r}; choose one of {', '.join(SHARING)}")
+        self.d_head = cfg.d_model // cfg.heads
+        tables = {"all": 1, "side": 2, "layer": cfg.encoder_layers + cfg.decoder_layers}[cfg.rel_sharing]
+        # "embed" in the name: Transformer.reset_parameters leaves it to this initialisation
+        self.rel_embed = nn.Parameter(torch.randn(tables, 2 * cfg.rel_max_distance + 1, self.d_head)
+                                      * self.d_head ** -0.5) if cfg.rel_positions else None
+        self.register_buffer("pe", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
+
+    # ---- absolute positions ----------------------------------------------------------------
+    def positions(self, n: int, offset: int = 0) -> Tensor:
+        if offset + n > self.pe.size(0):
+            self.pe = sinusoidal_table(2 * (offset + n), self.cfg.d_model, self.pe.device)
+        return self.pe[offset: offset + n]
+
+    # ---- relative term ---------------------------------------------------------------------
+    def table(self, name: str) -> Tensor:
+        side, layer = name.split(".")[:2]
+        if self.cfg.rel_sharing == "all":
+            return self.rel_embed[0]
+        if self.cfg.rel_sharing == "side":
+            return self.rel_embed[0 if side == "enc" else 1]
+        return self.rel_embed[int(layer) + (0 if side == "enc" else self.cfg.encoder_layers)]
+
+    def relative_bias(self, q: Tensor, name: str, offset: int, n_keys: int) -> Tensor:
+        """(B, h, nq, nk): q_i · E[clip(j − i) + M] / sqrt(d_h) for queries at positions
+        offset, offset+1, … and keys at 0 … n_keys−1."""
+        M = self.cfg.rel_max_distance
+        table = self.table(name).to(q.dtype)
+        scores = q @ table.t() / math.sqrt(q.size(-1))                              # (B, h, nq, 2M+1)
+        i = torch.arange(offset, offset + q.size(-2), device=q.device)[:, None]
+        j = torch.arange(n_keys, device=q.device)[None, :]
+        index = ((j - i).clamp(-M, M) + M).expand(*q.shape[:-1], n_keys)
+        return scores.gather(-1, index)
+
+    def _relative(self, offset: int, n_keys: int):
+        if self.rel_embed is None:
+            return None
+        return lambda q, name: self.relative_bias(q, name, offset, n_keys)
+
+    # ---- the specs -------------------------------------------------------------------------
+    def encoder_specs(self, src: Tensor, src_pad: Tensor) -> dict[str, AttnSpec]:
+        p = self.positions(src.size(1)).to(self._dtype()) if self.cfg.pos_attn_enc_self else None
+        return {"enc_self": AttnSpec(mask=src_pad[:, None, None, :], q_add=p, k_add=p,
+                                     bias=self._relative(0, src.size(1)))}
+
+    def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int,
+                      incremental: bool) -> dict[str, AttnSpec]:
+        n_new, dtype = tgt.size(1) - offset, self._dtype()
+        p_t = self.positions(n_new, offset).to(dtype)
+        self_p = p_t if self.cfg.pos_attn_dec_self else None
+        cross = self.cfg.pos_attn_cross
+        return {"dec_self": AttnSpec(is_causal=True, q_add=self_p, k_add=self_p,
+                                     bias=self._relative(offset, tgt.size(1))),
+                "cross": AttnSpec(mask=src_pad[:, None, None, :], q_add=p_t if cross else None,
+                                  k_add=self.positions(src.size(1)).to(dtype) if cross else None)}
+
+    def _dtype(self) -> torch.dtype:
+        return self.rel_embed.dtype if self.rel_embed is not None else self.pe.dtype
+
+
+def build(cfg: ModelConfig) -> Transformer:
+    return Transformer(cfg, PositionAwarePolicy(cfg))

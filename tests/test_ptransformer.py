@@ -1,0 +1,122 @@
+"""P-Transformer (SPEC §4, §13 items 3 and 5): position-aware attention, the relative term, ablations."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from _tiny import SHARED, tiny_config, tiny_data
+from docnmt.config import Config
+from docnmt.errors import ConfigError
+from docnmt.model import AttnSpec, ModelConfig, MultiheadAttention, Transformer, sinusoidal_table
+from docnmt.ptransformer import PositionAwarePolicy, build
+from docnmt.readers import read_documents
+from docnmt.train import Trainer
+from docnmt.translate import Translator
+
+CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
+                  dropout=0.0, method="ptransformer", rel_max_distance=6)
+
+
+def cfg_with(**kw):
+    return ModelConfig(**{**vars(CFG), **kw})
+
+
+def test_relative_gather_equals_the_explicit_tensor():
+    """§13 item 5: A = Q Eᵀ gathered at r(i, j) equals q_i · E[r(i, j)] through the explicit
+    I×I×d_h tensor, including clipping beyond ±M and a query offset (incremental decoding)."""
+    torch.manual_seed(0)
+    pol = PositionAwarePolicy(CFG)
+    M, E = CFG.rel_max_distance, pol.rel_embed[0].detach()
+    q = torch.randn(2, 4, 5, 8)
+    for offset, n_keys in ((0, 5), (9, 14)):
+        got = pol.relative_bias(q, "enc.0.self", offset, n_keys).detach()
+        i = torch.arange(offset, offset + 5)[:, None]
+        j = torch.arange(n_keys)[None, :]
+        R = E[(j - i).clamp(-M, M) + M]                                   # (I, J, d_h): the explicit form
+        want = torch.einsum("bhid,ijd->bhij", q, R) / math.sqrt(8)
+        torch.testing.assert_close(got, want)
+    assert float(got[0, 0, 0, 0]) == pytest.approx(float(q[0, 0, 0] @ E[0]) / math.sqrt(8), rel=1e-5)  # j−i = −9: clipped
+
+
+def test_positions_reach_queries_and_keys_but_not_values():
+    torch.manual_seed(0)
+    pol = PositionAwarePolicy(cfg_with(rel_positions=False))
+    mha = MultiheadAttention(CFG.d_model, CFG.heads, name="enc.0.self").eval()
+    x = torch.randn(2, 6, CFG.d_model)
+    spec = pol.encoder_specs(torch.ones(2, 6, dtype=torch.long), torch.zeros(2, 6, dtype=torch.bool))["enc_self"]
+    P = sinusoidal_table(6, CFG.d_model)
+    W, b = mha.in_proj.weight.chunk(3), mha.in_proj.bias.chunk(3)
+    split = lambda t: t.view(2, 6, 4, 8).transpose(1, 2)  # noqa: E731
+    q, k, v = split(F.linear(x + P, W[0], b[0])), split(F.linear(x + P, W[1], b[1])), split(F.linear(x, W[2], b[2]))
+    want = mha.out_proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 6, -1))
+    torch.testing.assert_close(mha(x, x, spec), want, rtol=1e-5, atol=1e-5)
+
+
+def test_incremental_decoding_equals_full_forward():
+    """§13 item 3: both position terms at the right positions while decoding step by step."""
+    torch.manual_seed(0)
+    model = build(CFG).eval()
+    src = torch.randint(4, 50, (2, 9))
+    src[1, 7:] = 0
+    tgt = torch.randint(4, 50, (2, 11))
+    tgt[:, 0] = 2
+    with torch.no_grad():
+        enc = model.encode(src)
+        full = model.decode(tgt, enc)
+        cache = {}
+        steps = torch.cat([model.decode(tgt[:, : t + 1], enc, cache) for t in range(tgt.size(1))], 1)
+    torch.testing.assert_close(steps, full, rtol=1e-4, atol=1e-5)
+
+
+def test_ablation_switches():
+    pol = PositionAwarePolicy(cfg_with(pos_attn_cross=False, pos_attn_enc_self=False, rel_positions=False))
+    src, pad = torch.ones(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.bool)
+    enc = pol.encoder_specs(src, pad)["enc_self"]
+    dec = pol.decoder_specs(torch.ones(1, 3, dtype=torch.long), src, pad, 0, False)
+    assert enc.q_add is None and enc.k_add is None and enc.bias is None and pol.rel_embed is None
+    assert dec["cross"].q_add is None and dec["cross"].k_add is None
+    assert dec["dec_self"].q_add is not None and dec["dec_self"].bias is None
+    full = PositionAwarePolicy(CFG).decoder_specs(torch.ones(1, 3, dtype=torch.long), src, pad, 0, False)
+    assert full["cross"].k_add.shape == (4, CFG.d_model) and callable(full["dec_self"].bias)
+    assert full["cross"].bias is None                     # the relative term is for self-attention only
+
+
+@pytest.mark.parametrize("sharing,tables", [("all", 1), ("side", 2), ("layer", 4)])
+def test_relative_table_sharing(sharing, tables):
+    pol = PositionAwarePolicy(cfg_with(rel_sharing=sharing))
+    assert pol.rel_embed.shape == (tables, 2 * CFG.rel_max_distance + 1, 8)
+    used = {pol.table(n).data_ptr() for n in ("enc.0.self", "enc.1.self", "dec.0.self", "dec.1.self")}
+    assert len(used) == tables
+
+
+def test_unknown_sharing_is_a_config_error():
+    with pytest.raises(ConfigError, match="rel_sharing"):
+        PositionAwarePolicy(cfg_with(rel_sharing="head"))
+
+
+def test_base_preset_adds_the_papers_65_6k_parameters():
+    """SPEC P5: one (2·512+1) × 64 table for all heads and layers: +65,600 parameters."""
+    def count(name):
+        cfg = Config.load(name).model
+        cfg.vocab_size, cfg.pad_id = 100, 0
+        model = build(cfg) if cfg.method == "ptransformer" else Transformer(cfg)
+        return sum(p.numel() for p in model.parameters())
+    assert count("p_transformer_base") - count("transformer_base") == 1025 * 64
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+def test_train_and_translate_documents(tmp_path):
+    data = tiny_data(tmp_path)
+    cfg = tiny_config("doc2doc", max_update=6).override({"model.method": "ptransformer",
+                                                         "data.max_instance_tokens": 160})
+    Trainer(cfg, data, tmp_path / "m", progress_bar=False).train()
+    tr = Translator.load(tmp_path / "m", device="cpu")
+    docs = read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[:2]
+    for d in docs:
+        d.src = d.src[:10]
+    search = tr.cfg.decode.__class__(**{**vars(tr.cfg.decode), "beam": 2, "max_sentences": 8})
+    out, report = tr.translate(docs, search)
+    assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
+    single, _ = tr.translate(docs, tr.cfg.decode.__class__(**{**vars(search), "max_sentences": 1}))
+    assert [d.tgt for d in single] == [d.tgt for d in out]
