@@ -199,6 +199,8 @@ class ModeConfig:
     max_instance_sents: int = 1000
     separator: str = "index"         # index: <sepI> (PT) | uniform: <sep> | group: <s> x </s> (GT)
     mix_sentences: bool = False
+    dls: bool = False                # doc2doc: dynamic length sampling of training segments (SPEC §2.5)
+    dls_start_epoch: int = 20        # k of T = exp(epoch − k)
 
     MODES = ("sent2sent", "doc2sent", "doc2doc", "mr")
 
@@ -213,8 +215,67 @@ class ModeConfig:
         return self.mode in ("doc2doc", "mr")
 
 
-def build_instances(corpus: Corpus, mode: ModeConfig, training: bool = True) -> np.ndarray:
-    """All instances of ``corpus`` in ``mode`` (training mixtures only when ``training``)."""
+def dls_probabilities(temperature: float, max_length: int) -> np.ndarray:
+    """p_T(l) ∝ exp(−l/T) for l = 0 … L−1 (SPEC §2.5); T = 0 puts all mass on l = 0."""
+    if temperature <= 0:
+        p = np.zeros(max_length)
+        p[0] = 1.0
+        return p
+    logits = -np.arange(max_length) / temperature
+    p = np.exp(logits - logits.max())
+    return p / p.sum()
+
+
+def dls_temperature(epoch: int, start_epoch: int) -> float:
+    """Epoch 1: T = 0 (sentence level); epoch e ≥ 2: T = exp(e − k) (SPEC §2.5)."""
+    return 0.0 if epoch <= 1 else float(np.exp(epoch - start_epoch))
+
+
+def dls_segments(src_costs: np.ndarray, tgt_costs: np.ndarray, start: int, end: int, draw,
+                 max_sents: int = 1000) -> list[tuple[int, int]]:
+    """Left-to-right segmentation of sentences [start, end) with sampled length budgets (SPEC
+    §2.5): draw l; add sentences while both sides stay under l; when the next one does not fit a
+    non-empty segment, close it and draw again, so a sentence longer than l stands alone.
+    Segments never overlap. ``draw()`` returns the next budget."""
+    parts, a, src_len, tgt_len, limit = [], start, 0, 0, draw()
+    for k in range(start, end):
+        fits = src_len + src_costs[k] < limit and tgt_len + tgt_costs[k] < limit and k - a < max_sents
+        if not fits and k > a:
+            parts.append((a, k))
+            a, src_len, tgt_len, limit = k, 0, 0, draw()
+        src_len += src_costs[k]
+        tgt_len += tgt_costs[k]
+    if end > a:
+        parts.append((a, end))
+    return parts
+
+
+def dls_instances(corpus: Corpus, epoch: int, seed: int, start_epoch: int, max_length: int,
+                  max_sents: int = 1000) -> np.ndarray:
+    """Dynamic length sampling: this epoch's segmentation of every training document, drawn
+    with p_T(l) at T = dls_temperature(epoch) from an RNG seeded by (seed, epoch): the same on
+    every process and after a resume. A sentence costs its tokens plus the one separator or
+    end token it carries."""
+    p = dls_probabilities(dls_temperature(epoch, start_epoch), max_length)
+    rng = np.random.default_rng([seed, epoch])
+    src = corpus.src.lengths + 1
+    tgt = src if corpus.tgt is None else corpus.tgt.lengths + 1
+    draws = iter(rng.choice(max_length, size=corpus.n_sents + corpus.n_docs, p=p).tolist())
+    draw = draws.__next__      # one budget per segment: at most one per sentence plus one per document
+    rows = [(a, b, a) for d in range(corpus.n_docs) for a, b in dls_segments(src, tgt, *_bounds(corpus, d), draw, max_sents)]
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def build_instances(corpus: Corpus, mode: ModeConfig, training: bool = True, epoch: int = 1,
+                    seed: int = 1) -> np.ndarray:
+    """All instances of ``corpus`` in ``mode`` (training mixtures only when ``training``);
+    with dynamic length sampling the training instances depend on (seed, epoch)."""
+    if training and mode.dls and mode.mode == "doc2doc":
+        rows = dls_instances(corpus, epoch, seed, mode.dls_start_epoch, mode.max_instance_tokens,
+                             mode.max_instance_sents)
+        if mode.mix_sentences:
+            rows = np.concatenate([rows, sent_instances(corpus)])
+        return rows
     if mode.mode == "sent2sent":
         rows = sent_instances(corpus)
     elif mode.mode == "doc2sent":

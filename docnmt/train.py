@@ -62,6 +62,31 @@ class EntropyMeter:
         return {k: self.sums[k] / self.counts[k] for k in sorted(self.sums)}
 
 
+def plot_dls_lengths(corpus: Corpus, mode, seed: int, last_epoch: int, path: Path, curves: int = 8) -> None:
+    """dls_lengths.png: the distribution of training segment lengths (source tokens) in up to
+    ``curves`` epochs from 1 to ``last_epoch`` under dynamic length sampling (the paper's
+    Figures 2 and 6). The segmentations are recomputed: they depend only on (seed, epoch)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from .data import dls_instances, dls_temperature
+    csum = np.concatenate([[0], np.cumsum(corpus.src.lengths + 1)])
+    epochs = sorted(set(np.linspace(1, max(1, last_epoch), min(curves, max(1, last_epoch))).round().astype(int)))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bins = np.linspace(0, mode.max_instance_tokens, 33)
+    for e in epochs:
+        rows = dls_instances(corpus, int(e), seed, mode.dls_start_epoch, mode.max_instance_tokens,
+                             mode.max_instance_sents)
+        lengths = csum[rows[:, 1]] - csum[rows[:, 0]]
+        ax.hist(lengths, bins=bins, histtype="step", density=True,
+                label=f"epoch {e} (T={dls_temperature(int(e), mode.dls_start_epoch):.3g}, mean {lengths.mean():.0f})")
+    ax.set_xlabel("segment length (source tokens)"); ax.set_ylabel("density"); ax.set_yscale("log")
+    ax.set_title("dynamic length sampling"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def inverse_sqrt(peak: float, warmup: int):
     """fairseq ``inverse_sqrt`` as a factor of the peak: u/W during warm-up, sqrt(W/u) after."""
     warmup = max(1, warmup)
@@ -177,7 +202,8 @@ class Trainer:
     # ---- set-up ------------------------------------------------------------------------------
     def make_train_set(self, epoch: int) -> InstanceSet:
         """The training instances of an epoch (a hook: dynamic segmentation rebuilds them)."""
-        return InstanceSet(self.train_corpus, build_instances(self.train_corpus, self.cfg.data), self.joiner)
+        rows = build_instances(self.train_corpus, self.cfg.data, epoch=epoch, seed=self.cfg.train.seed)
+        return InstanceSet(self.train_corpus, rows, self.joiner)
 
     def _build_optimizer(self) -> None:
         """Adam under one inverse-sqrt schedule; parameters initialised from another model
@@ -513,3 +539,6 @@ class Trainer:
         fig.tight_layout()
         fig.savefig(self.save_dir / "learning_curve.png", dpi=100)
         plt.close(fig)
+        if self.cfg.data.dls and self.cfg.data.mode == "doc2doc":
+            plot_dls_lengths(self.train_corpus, self.cfg.data, self.cfg.train.seed, self.progress.epoch,
+                             self.save_dir / "dls_lengths.png")
