@@ -68,6 +68,8 @@ class ModelConfig:
     rel_positions: bool = True
     rel_max_distance: int = 512
     rel_sharing: str = "all"
+    # length-aware attention (SPEC §6.2): logits × max(log n, 0.1) / log n̄, on any model
+    length_aware: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -593,6 +595,46 @@ class AttentionPolicy(nn.Module):
                 "cross": AttnSpec(mask=src_pad[:, None, None, :])}
 
 
+class LengthAwareScale(nn.Module):
+    """Length-aware attention (SPEC §6.2): every attention's logits are multiplied by
+    λ = max(log n, 0.1) / log n̄, n being the length a query can see -- the instance's source
+    length in encoder self- and cross-attention, min(t, target length) for the decoder query at
+    1-based position t -- and n̄ the mean of the current epoch's training instances (source
+    length; half the target length for decoder self-attention). n̄ lives in buffers saved with
+    the weights, refreshed by the trainer every epoch, so decoding uses the final epoch's."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("log_mean_src", torch.tensor(1.0))
+        self.register_buffer("log_mean_tgt", torch.tensor(1.0))
+
+    def set_means(self, mean_src: float, mean_tgt: float) -> None:
+        self.log_mean_src.fill_(math.log(max(mean_src, 2.0)))
+        self.log_mean_tgt.fill_(math.log(max(mean_tgt / 2, 2.0)))
+
+    @staticmethod
+    def _scale(spec: AttnSpec, lam: Tensor) -> None:
+        spec.scale = lam if spec.scale is None else spec.scale * lam
+
+    def encoder(self, specs: dict[str, AttnSpec], src_pad: Tensor) -> None:
+        lam = self.src_lambda(src_pad)
+        for kind, spec in specs.items():
+            if kind.startswith("enc"):
+                self._scale(spec, lam)
+
+    def src_lambda(self, src_pad: Tensor) -> Tensor:
+        n = (~src_pad).sum(1).float()
+        return (n.log().clamp_min(0.1) / self.log_mean_src)[:, None, None, None]   # (B, 1, 1, 1)
+
+    def decoder(self, specs: dict[str, AttnSpec], tgt: Tensor, src_pad: Tensor, offset: int, pad_id: int) -> None:
+        t = torch.arange(offset + 1, tgt.size(1) + 1, device=tgt.device, dtype=torch.float32)
+        n = torch.minimum(t[None, :], tgt.ne(pad_id).sum(1, keepdim=True).float())      # (B, nq)
+        lam_self = (n.log().clamp_min(0.1) / self.log_mean_tgt)[:, None, :, None]     # (B, 1, nq, 1)
+        lam_src = self.src_lambda(src_pad)
+        for kind, spec in specs.items():
+            self._scale(spec, lam_self if kind.startswith("dec_self") else lam_src)
+
+
 # --------------------------------------------------------------------------------------------
 # Encoder, decoder, model
 # --------------------------------------------------------------------------------------------
@@ -663,6 +705,7 @@ class Transformer(nn.Module):
         self.decoder = Decoder(cfg, Embedding(tgt_table, cfg),
                                [make_decoder_layer(cfg, i) for i in range(cfg.decoder_layers)])
         self.policy = policy or AttentionPolicy(cfg)
+        self.length_scale = LengthAwareScale() if cfg.length_aware else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -682,8 +725,10 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor) -> EncoderOut:
         pad = src.eq(self.cfg.pad_id)
-        state = State(self.policy.encoder_specs(src, pad))
-        return EncoderOut(src, pad, self.encoder(self.encoder.embed(src), state))
+        specs = self.policy.encoder_specs(src, pad)
+        if self.length_scale is not None:
+            self.length_scale.encoder(specs, pad)
+        return EncoderOut(src, pad, self.encoder(self.encoder.embed(src), State(specs)))
 
     def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: dict | None = None) -> Tensor:
         """Decoder hidden states for ``tgt_in`` (the whole prefix). With a ``cache``
@@ -691,6 +736,8 @@ class Transformer(nn.Module):
         are returned; the policy still sees the whole prefix (e.g. to recompute sentence tags)."""
         offset = cache.get("_len", 0) if cache is not None else 0
         specs = self.policy.decoder_specs(tgt_in, enc.src, enc.pad, offset, cache is not None)
+        if self.length_scale is not None:
+            self.length_scale.decoder(specs, tgt_in, enc.pad, offset, self.cfg.pad_id)
         state = State(specs, memory=enc.memory, cache=cache)
         out = self.decoder(self.decoder.embed(tgt_in[:, offset:], offset), state)
         if cache is not None:

@@ -186,6 +186,7 @@ class Trainer:
 
         torch.manual_seed(tc.seed)
         self.model = build_model(cfg, self.vocab).to(self.device)
+        self._begin_epoch()
         self.amp_dtype = self._amp_dtype(tc.precision)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.pretrained: list[str] = []   # parameters initialised from --init-from
@@ -204,6 +205,12 @@ class Trainer:
         """The training instances of an epoch (a hook: dynamic segmentation rebuilds them)."""
         rows = build_instances(self.train_corpus, self.cfg.data, epoch=epoch, seed=self.cfg.train.seed)
         return InstanceSet(self.train_corpus, rows, self.joiner)
+
+    def _begin_epoch(self) -> None:
+        """Per-epoch model state: the mean instance lengths of length-aware attention (set when
+        an epoch's training starts, so the checkpoint after it holds that epoch's values)."""
+        if self.model.length_scale is not None:
+            self.model.length_scale.set_means(float(self.train_set.src_lens.mean()), float(self.train_set.tgt_lens.mean()))
 
     def _build_optimizer(self) -> None:
         """Adam under one inverse-sqrt schedule; parameters initialised from another model
@@ -340,6 +347,7 @@ class Trainer:
         tc, p = self.cfg.train, self.progress
         self.start_time = start_time = time.time()
         while not self.done():
+            self._begin_epoch()
             batches = self.epoch_batches(p.epoch)
             per_update = tc.update_freq
             n_updates = math.ceil(len(batches) / per_update)

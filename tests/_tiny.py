@@ -34,3 +34,25 @@ def tiny_config(mode: str = "sent2sent", **train) -> Config:
             "train.log_interval": 5, "train.patience": 0}
     over.update({f"train.{k}": v for k, v in train.items()})
     return Config.load("transformer_tiny").override(over)
+
+
+def random_pair(seed: int = 0, vocab: int = 50, src_len: int = 9, tgt_len: int = 11, bos: int = 2):
+    """A random source batch (second row padded) and decoder input starting with ``bos``."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (2, src_len), generator=g)
+    src[1, src_len - 2:] = 0
+    tgt = torch.randint(4, vocab, (2, tgt_len), generator=g)
+    tgt[:, 0] = bos
+    return src, tgt
+
+
+def assert_incremental_equals_full(model, src, tgt) -> None:
+    """Decoding token by token with the cache gives the states of one full teacher-forced pass."""
+    import torch
+    with torch.no_grad():
+        enc = model.encode(src)
+        full = model.decode(tgt, enc)
+        cache: dict = {}
+        steps = torch.cat([model.decode(tgt[:, : t + 1], enc, cache) for t in range(tgt.size(1))], 1)
+    torch.testing.assert_close(steps, full, rtol=1e-4, atol=1e-5)

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from _tiny import SHARED, tiny_config, tiny_data
+from _tiny import SHARED, assert_incremental_equals_full, tiny_config, tiny_data
 
 from docnmt.errors import ConfigError
 from docnmt.gtransformer import CombinedAttentionSublayer, FrameConstraint, GroupAttentionPolicy, build, group_tags
@@ -174,18 +174,16 @@ def test_sentences_do_not_see_each_other_below_the_combined_layers():
 
 # ---- §13 item 3: incremental decoding with dynamic tags equals the full pass -----------------
 
-def test_incremental_decoding_equals_full_forward():
+@pytest.mark.parametrize("length_aware", [False, True])
+def test_incremental_decoding_equals_full_forward(length_aware):
+    """Also with length-aware attention on top (G-Trans + LAA, SPEC §6.5)."""
     torch.manual_seed(0)
-    model = build(CFG, BOS, EOD).eval()
+    model = build(ModelConfig(**{**vars(CFG), "length_aware": length_aware}), BOS, EOD).eval()
+    if length_aware:
+        model.length_scale.set_means(9, 14)
     src = padded([doc(3, 2, 2), doc(2, 4)])
     tgt = padded([[EOD] + doc(2, 3, 1), [EOD] + doc(3, 2)])[:, :9]
-    with torch.no_grad():
-        enc = model.encode(src)
-        full = model.decode(tgt, enc)
-        cache, steps = {}, []
-        for t in range(tgt.size(1)):
-            steps.append(model.decode(tgt[:, : t + 1], enc, cache))
-    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-4, atol=1e-5)
+    assert_incremental_equals_full(model, src, tgt)
 
 
 # ---- §13 item 4: the frame decoder ------------------------------------------------------------

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from _tiny import SHARED, tiny_config, tiny_data
+from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data
 from docnmt.data import (ModeConfig, build_instances, dls_instances, dls_probabilities, dls_segments,
                          dls_temperature)
 from docnmt.train import Trainer
@@ -55,3 +55,64 @@ def test_trainer_resamples_every_epoch_and_plots_the_lengths(tmp_path):
     np.testing.assert_array_equal(tr.make_train_set(3).rows, tr.make_train_set(3).rows)
     tr.train()
     assert (tmp_path / "m" / "dls_lengths.png").stat().st_size > 0
+
+
+# ---- length-aware attention (SPEC §6.2, §13 item 7) -------------------------------------------
+
+import torch  # noqa: E402
+
+from docnmt.model import AttnSpec, LengthAwareScale, ModelConfig, Transformer  # noqa: E402
+
+CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
+                  dropout=0.0, length_aware=True)
+
+
+def test_lambda_is_one_at_the_mean_length_and_uses_causal_length_in_the_decoder():
+    laa = LengthAwareScale()
+    laa.set_means(mean_src=8, mean_tgt=12)                      # n̄: 8 source, 12 / 2 = 6 decoder self
+    src_pad = torch.zeros(2, 8, dtype=torch.bool)
+    src_pad[1, 4:] = True                                        # second source: 4 tokens
+    specs = {"enc_self": AttnSpec()}
+    laa.encoder(specs, src_pad)
+    assert specs["enc_self"].scale.flatten().tolist() == pytest.approx([1.0, math.log(4) / math.log(8)])
+    tgt = torch.full((2, 10), 5)
+    tgt[1, 7:] = 0                                               # second target: 7 tokens
+    dec = {"dec_self": AttnSpec(is_causal=True), "cross": AttnSpec(scale=torch.tensor(2.0))}
+    laa.decoder(dec, tgt, src_pad, 0, pad_id=0)
+    lam = dec["dec_self"].scale[:, 0, :, 0]
+    assert lam[0, 5].item() == pytest.approx(1.0)               # t = 6 = n̄
+    assert lam[0, 0].item() == pytest.approx(0.1 / math.log(6))  # n = 1: max(log 1, 0.1)
+    assert lam[1, 9].item() == pytest.approx(math.log(7) / math.log(6))   # min(t, T) = 7
+    torch.testing.assert_close(dec["cross"].scale.flatten(), 2 * torch.tensor([1.0, math.log(4) / math.log(8)]))
+
+
+def test_mean_lengths_are_saved_with_the_weights_and_incremental_equals_full():
+    torch.manual_seed(0)
+    model = Transformer(CFG).eval()
+    model.length_scale.set_means(7, 9)
+    assert {"length_scale.log_mean_src", "length_scale.log_mean_tgt"} <= set(model.state_dict())
+    src, tgt = random_pair(src_len=7, tgt_len=9)
+    assert_incremental_equals_full(model, src, tgt)
+    with torch.no_grad():
+        full = model.decode(tgt, model.encode(src))
+        plain = Transformer(ModelConfig(**{**vars(CFG), "length_aware": False})).eval()
+        plain.load_state_dict({k: v for k, v in model.state_dict().items() if "length_scale" not in k})
+        assert not torch.allclose(plain.decode(tgt, plain.encode(src)), full)
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+def test_trainer_refreshes_the_mean_lengths_every_epoch(tmp_path):
+    data = tiny_data(tmp_path)
+    cfg = tiny_config("doc2doc", max_epoch=3).override({"data.dls": True, "data.dls_start_epoch": -3,  # T=e^5, e^6
+                                                       "data.max_instance_tokens": 200, "model.length_aware": True})
+    tr = Trainer(cfg, data, tmp_path / "m", progress_bar=False)
+    first = float(tr.model.length_scale.log_mean_src)
+    assert first == pytest.approx(math.log(tr.train_set.src_lens.mean()))
+    tr.train()
+    last = float(tr.model.length_scale.log_mean_src)
+    assert last == pytest.approx(math.log(tr.make_train_set(3).src_lens.mean()))   # the last trained epoch's
+    assert last > first                                          # DLS lengthened the segments
+    from safetensors.torch import load_file
+    from docnmt.checkpoint import last_checkpoint
+    saved = load_file(str(last_checkpoint(tmp_path / "m") / "model.safetensors"))
+    assert float(saved["length_scale.log_mean_src"]) == pytest.approx(last)

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _tiny import SHARED, tiny_config, tiny_data
+from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data
 from docnmt.config import Config
 from docnmt.errors import ConfigError
 from docnmt.model import AttnSpec, ModelConfig, MultiheadAttention, Transformer, sinusoidal_table
@@ -56,17 +56,7 @@ def test_positions_reach_queries_and_keys_but_not_values():
 def test_incremental_decoding_equals_full_forward():
     """§13 item 3: both position terms at the right positions while decoding step by step."""
     torch.manual_seed(0)
-    model = build(CFG).eval()
-    src = torch.randint(4, 50, (2, 9))
-    src[1, 7:] = 0
-    tgt = torch.randint(4, 50, (2, 11))
-    tgt[:, 0] = 2
-    with torch.no_grad():
-        enc = model.encode(src)
-        full = model.decode(tgt, enc)
-        cache = {}
-        steps = torch.cat([model.decode(tgt[:, : t + 1], enc, cache) for t in range(tgt.size(1))], 1)
-    torch.testing.assert_close(steps, full, rtol=1e-4, atol=1e-5)
+    assert_incremental_equals_full(build(CFG).eval(), *random_pair())
 
 
 def test_ablation_switches():
