@@ -63,6 +63,9 @@ DECODE_FLAGS = {
                          "true: G-Transformer starts decoding from <s> like the official code (default: EOD, as in training)"),
     "--max-instance-tokens": ("data.max_instance_tokens", int,
                               "Doc2Doc: split documents into instances of fewer tokens (0 = whole documents)"),
+    "--sliding": ("decode.sliding", str, "true: Doc2Doc sliding decoding of documents longer than the window"),
+    "--sliding-window": ("decode.sliding_window", float, "sliding window as a share of the training instance budget"),
+    "--sentence-count": ("decode.sentence_count", str, "true: force the source's sentence count (separator formats)"),
 }
 
 
@@ -139,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", help="a second system's translation: paired bootstrap against --hyp")
     p.add_argument("--bootstrap-samples", type=int, default=1000)
     p.add_argument("--json", help="also write the results as JSON here")
+    p.add_argument("--by-length", action="store_true",
+                   help="also d-BLEU per document-length bucket (source words with --src, else reference words)")
+    p.add_argument("--src", help="source documents (for --by-length)")
+    p.add_argument("--plot", help="--by-length: write the d-BLEU vs length plot here (PNG)")
 
     p = sub.add_parser("average", help="average the last N checkpoints of a model directory")
     p.add_argument("model", help="model directory")
@@ -239,9 +246,27 @@ def cmd_evaluate(args) -> int:
             print(f"paired bootstrap ({lvl}-BLEU, {b['n_samples']} samples): {Path(args.hyp).name} {b['a']:.2f} vs "
                   f"{Path(args.compare).name} {b['b']:.2f}, delta {b['delta']:+.2f}, p = {b['p_value']:.4f}, "
                   f"95% CI [{b['ci95_b_minus_a'][0]:+.2f}, {b['ci95_b_minus_a'][1]:+.2f}]")
+    if args.by_length:
+        result["by_length"] = _by_length(args, hyp, ref)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0
+
+
+def _by_length(args, hyp, ref) -> list[dict]:
+    from .metrics import bleu_by_length, plot_by_length
+    src = read_sentences(args.src) if args.src else ref
+    if len(src) != len(ref) or any(len(s) != len(r) for s, r in zip(src, ref)):
+        raise DocnmtError(f"{args.src}: not the same documents and sentences as {args.ref}")
+    lengths = [sum(len(s.split()) for s in d) for d in src]
+    rows = bleu_by_length(hyp, ref, lengths)
+    unit = "source" if args.src else "reference"
+    print(f"\nd-BLEU by document length ({unit} words)\n{'bucket':>16} {'docs':>5} {'cased':>7} {'lc':>7}")
+    for r in rows:
+        print(f"{r['bucket']:>16} {r['n_docs']:5d} {r['d_bleu']:7.2f} {r['d_bleu_lc']:7.2f}")
+    if args.plot:
+        plot_by_length(rows, args.plot, title=Path(args.hyp).name)
+    return rows
 
 
 def read_sentences(path: str, hypothesis: bool = False) -> list[list[str]]:

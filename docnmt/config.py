@@ -62,6 +62,9 @@ class DecodeConfig(SearchConfig):
     max_sentences: int = 64      # instances per decoding batch
     precision: str = "auto"      # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
     official_start: bool = False  # G-Transformer: start from <s> as the official generator does (SPEC G4)
+    sliding: bool = False         # Doc2Doc models: sliding decoding of long documents (SPEC §6.3)
+    sliding_window: float = 0.8   # window = this × data.max_instance_tokens source tokens
+    sentence_count: bool = False  # separator formats: force the source's sentence count (implied by sliding)
 
 
 @dataclass

@@ -329,6 +329,13 @@ class Joiner:
     def source(self, sents: list[np.ndarray]) -> np.ndarray:
         return np.concatenate([self.join(sents), np.asarray([self.vocab.eos], dtype=np.int32)])
 
+    def prefix(self, sents: list[list[int]]) -> list[int]:
+        """Target tokens that force ``sents`` as the first sentences of an output, ready for the
+        next sentence (sliding decoding, two-pass decoding)."""
+        if not sents:
+            return []
+        return [int(t) for t in self.join([np.asarray(s, dtype=np.int32) for s in sents])] + [self.sep(len(sents))]
+
     def decoder_io(self, sents: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Teacher-forced decoder input and labels of a target instance."""
         body = self.join(sents)
@@ -379,6 +386,9 @@ class GroupJoiner(Joiner):
 
     def source(self, sents: list[np.ndarray]) -> np.ndarray:
         return self.join(sents)
+
+    def prefix(self, sents: list[list[int]]) -> list[int]:
+        return [int(t) for t in self.join([np.asarray(s, dtype=np.int32) for s in sents])] if sents else []
 
     def split(self, ids: list[int], n: int) -> tuple[list[list[int]], bool]:
         """Sentences end at ``</s>``; ``<s>``, EOD and pads are dropped (SPEC §8.1). Missing

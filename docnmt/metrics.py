@@ -92,6 +92,50 @@ def evaluate_documents(hyp_docs: Docs, ref_docs: Docs, *, lowercase_too: bool = 
     return result
 
 
+LENGTH_EDGES = (0, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def bleu_by_length(hyp_docs: Docs, ref_docs: Docs, lengths: Sequence[int],
+                   edges: Sequence[int] = LENGTH_EDGES) -> list[dict]:
+    """d-BLEU (cased and lowercased) of the documents in each length bucket [edges[i],
+    edges[i+1]) (the last one open), ``lengths`` being each document's length (e.g. source
+    words): how a model's quality moves with document length (the length-bias paper's Figure 5).
+    Empty buckets are left out."""
+    _check(hyp_docs, ref_docs)
+    hyps = _clean(hyp_docs)
+    rows = []
+    for i, lo in enumerate(edges):
+        hi = edges[i + 1] if i + 1 < len(edges) else None
+        pick = [k for k, n in enumerate(lengths) if n >= lo and (hi is None or n < hi)]
+        if not pick:
+            continue
+        h, r = [join_doc(hyps[k]) for k in pick], [join_doc(ref_docs[k]) for k in pick]
+        rows.append({"bucket": f"[{lo}, {hi if hi is not None else 'inf'})", "low": lo, "high": hi,
+                     "n_docs": len(pick), "mean_length": sum(lengths[k] for k in pick) / len(pick),
+                     "d_bleu": _score("bleu", False, h, r)["score"], "d_bleu_lc": _score("bleu", True, h, r)["score"]})
+    return rows
+
+
+def plot_by_length(rows: list[dict], path, title: str = "") -> None:
+    """d-BLEU against mean document length per bucket, as a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    x = [r["mean_length"] for r in rows]
+    ax.plot(x, [r["d_bleu"] for r in rows], "o-", label="d-BLEU (cased)")
+    ax.plot(x, [r["d_bleu_lc"] for r in rows], "s--", label="d-BLEU (lowercased)")
+    for r in rows:
+        ax.annotate(str(r["n_docs"]), (r["mean_length"], r["d_bleu"]), textcoords="offset points", xytext=(0, 5),
+                    fontsize=7, ha="center")
+    ax.set_xscale("log"); ax.set_xlabel("document length (source words; label: documents)")
+    ax.set_ylabel("d-BLEU"); ax.set_title(title or "quality vs document length"); ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def paired_bootstrap(hyp_a_docs: Docs, hyp_b_docs: Docs, ref_docs: Docs, level: str = "d",
                      metric: str = "bleu", n_samples: int = 1000, seed: int = 12345,
                      lowercase: bool = False) -> dict:

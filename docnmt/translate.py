@@ -23,6 +23,7 @@ from .document import Document
 from .errors import ConfigError, DataError, DocnmtError
 from .model import AttentionPolicy, Transformer
 from .search import SearchConfig, beam_search
+from .sliding import SentenceCount, sliding_windows
 from .vocab import Vocab
 
 
@@ -115,35 +116,78 @@ class Translator:
         search = search or self.cfg.decode
         max_pos = self.cfg.model.max_positions
         corpus = Corpus.encode(docs, self.vocab, max_sentence_tokens=max_pos - 2, origin=origin)
-        iset = InstanceSet(corpus, build_instances(corpus, self.cfg.data, training=False), self.joiner)
-        if self.cfg.data.max_instance_tokens > 0 or not self.cfg.data.is_document_level:
-            check_lengths(iset, max_pos, origin)     # whole documents: positions extend as needed
+        rounds = self._rounds(corpus, search)
+        if not getattr(search, "sliding", False) and (self.cfg.data.max_instance_tokens > 0
+                                                      or not self.cfg.data.is_document_level):
+            check_lengths(InstanceSet(corpus, rounds[0][0], self.joiner), max_pos, origin)
         outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
-        report = CoverageReport(documents=len(docs), sentences=corpus.n_sents, instances=len(iset))
-        sentence_targets = not self.cfg.data.is_document_level
+        report = CoverageReport(documents=len(docs), sentences=corpus.n_sents,
+                                instances=sum(len(rows) for rows, _ in rounds))
         bad_docs: set[int] = set()     # documents with an instance whose sentences came back merged
+        bar = tqdm(total=report.instances, desc="translate", unit="inst", disable=not progress, leave=False)
+        for rows, new_from in rounds:
+            self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar)
+        bar.close()
+        return self._assemble(docs, corpus, outputs, report, bad_docs), report
+
+    def _rounds(self, corpus: Corpus, search) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The instances to decode, in rounds that depend on the previous ones: (rows, new_from)
+        where sentences [start, new_from) of a row are forced from earlier output. One round
+        normally; with sliding decoding, round r holds every document's r-th window."""
+        if not (getattr(search, "sliding", False) and self.cfg.data.is_document_level):
+            rows = build_instances(corpus, self.cfg.data, training=False)
+            return [(rows, rows[:, 2].copy())]
+        costs = corpus.src.lengths + self.joiner.overhead(np.ones(1, dtype=np.int64), "src")
+        budget = int(search.sliding_window * self.cfg.data.max_instance_tokens)
+        per_doc = []
+        for d in range(corpus.n_docs):
+            a0, b0 = int(corpus.doc_offsets[d]), int(corpus.doc_offsets[d + 1])
+            wins = sliding_windows(costs[a0:b0], budget)
+            per_doc.append([(a0 + a, a0 + b, a0 + (wins[i - 1][1] if i else a)) for i, (a, b) in enumerate(wins)])
+        rounds = []
+        for r in range(max(map(len, per_doc), default=0)):
+            wins = np.asarray([w[r] for w in per_doc if len(w) > r], dtype=np.int64)
+            rounds.append((np.stack([wins[:, 0], wins[:, 1], wins[:, 0]], 1), wins[:, 2].copy()))
+        return rounds
+
+    def _decode(self, corpus, rows, new_from, outputs, search, report, bad_docs, bar) -> None:
+        iset = InstanceSet(corpus, rows, self.joiner)
+        sentence_targets = not self.cfg.data.is_document_level
         batches = token_batches(iset.src_lens, np.zeros_like(iset.src_lens),
                                 getattr(search, "max_tokens", self.cfg.decode.max_tokens), shuffle=False,
                                 max_sentences=getattr(search, "max_sentences", self.cfg.decode.max_sentences))
-        bar = tqdm(total=len(iset), desc="translate", unit="inst", disable=not progress, leave=False)
         amp = autocast_dtype(getattr(search, "precision", "auto"), self.device)
         for idx in batches:
             src = iset.collate(idx)["src"].to(self.device)
+            prefix = [self.joiner.prefix([outputs[i][0] for i in range(int(rows[k, 2]), int(new_from[k]))])
+                      for k in idx]
+            extra = self.constraints(src)
+            if getattr(search, "sentence_count", False) or getattr(search, "sliding", False):
+                extra = self._count_constraint(rows[idx], extra)
             with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
                 hyps = beam_search(self.model, src, search, self.start_token(search), self.joiner.end,
-                                   banned=self.banned_ids(sentence_targets), **self.constraints(src))
-            for k, nbest in zip(idx, hyps):
-                _, end, tstart = iset.rows[k]
+                                   banned=self.banned_ids(sentence_targets), prefix=prefix if any(prefix) else None,
+                                   **extra)
+            for k, forced, nbest in zip(idx, prefix, hyps):
+                _, end, tstart = (int(x) for x in rows[k])
                 for rank, hyp in enumerate(nbest):
-                    sents, ok = self.joiner.split(hyp.tokens, int(end - tstart))
+                    sents, ok = self.joiner.split(forced + hyp.tokens, end - tstart)
                     if rank == 0 and not ok:
                         report.malformed_instances += 1
                         bad_docs.add(int(np.searchsorted(corpus.doc_offsets, tstart, side="right")) - 1)
-                    for j, toks in enumerate(sents):
-                        outputs[tstart + j].append(toks)
+                    for j in range(int(new_from[k]) - tstart, end - tstart):
+                        outputs[tstart + j].append(sents[j])
             bar.update(len(idx))
-        bar.close()
-        return self._assemble(docs, corpus, outputs, report, bad_docs), report
+
+    def _count_constraint(self, rows: np.ndarray, extra: dict) -> dict:
+        """Add the sentence-count constraint for separator formats (G-Transformer's frame
+        already fixes the count)."""
+        if not self.joiner.sep_ids:
+            return extra
+        n = torch.as_tensor(rows[:, 1] - rows[:, 2], device=self.device)
+        next_sep = torch.tensor([self.joiner.sep(c) for c in range(1, int(n.max()) + 1)], device=self.device)
+        proc = SentenceCount(n, sorted(self.joiner.sep_ids), next_sep, self.joiner.end)
+        return {**extra, "processors": [*extra.get("processors", []), proc]}
 
     def _assemble(self, docs, corpus, outputs, report, bad_docs) -> list[Document]:
         for d, doc in enumerate(docs):

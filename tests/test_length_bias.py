@@ -116,3 +116,60 @@ def test_trainer_refreshes_the_mean_lengths_every_epoch(tmp_path):
     from docnmt.checkpoint import last_checkpoint
     saved = load_file(str(last_checkpoint(tmp_path / "m") / "model.safetensors"))
     assert float(saved["length_scale.log_mean_src"]) == pytest.approx(last)
+
+
+# ---- sliding decoding (SPEC §6.3, §13 item 8) -------------------------------------------------
+
+from docnmt.sliding import SentenceCount, sliding_windows  # noqa: E402
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_windows_fit_the_budget_and_cover_every_sentence_once(seed):
+    rng = np.random.default_rng(seed)
+    costs = rng.integers(3, 60, size=40)
+    costs[7] = 150                                                # longer than the budget: alone
+    budget = 120
+    wins = sliding_windows(costs, budget)
+    new_parts = []
+    for i, (a, b) in enumerate(wins):
+        assert costs[a:b].sum() <= budget or b - a == 1
+        start_new = wins[i - 1][1] if i else a
+        assert a <= start_new < b                                  # overlap = [a, previous end)
+        new_parts.append(np.arange(start_new, b))
+    np.testing.assert_array_equal(np.concatenate(new_parts), np.arange(len(costs)))
+    assert any(b - a == 1 and a == 7 for a, b in wins)
+    assert sliding_windows(np.array([10, 20, 30]), budget) == [(0, 3)]   # short documents: one window
+
+
+def test_sentence_count_constraint_allows_the_next_separator_and_ends_at_n():
+    sep = {1: 40, 2: 41, 3: 42}
+    proc = SentenceCount(torch.tensor([3]), list(sep.values()), torch.tensor([40, 41, 42]), end=3)
+    lprobs = torch.zeros(1, 50)
+    proc(2, torch.tensor([[2, 10, 40, 11]]), lprobs, torch.tensor([0]))       # one separator so far
+    assert torch.isfinite(lprobs[0, 41]) and not torch.isfinite(lprobs[0, [40, 42, 3]]).any()
+    lprobs = torch.zeros(1, 50)
+    proc(4, torch.tensor([[2, 10, 40, 11, 41, 12]]), lprobs, torch.tensor([0]))   # N−1 = 2 separators
+    assert torch.isfinite(lprobs[0, 3]) and not torch.isfinite(lprobs[0, [40, 41, 42]]).any()
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+@pytest.mark.parametrize("method", ["transformer", "gtransformer"])
+def test_sliding_decoding_translates_every_sentence_once(tmp_path, method):
+    from docnmt.readers import read_documents
+    from docnmt.translate import Translator
+    data = tiny_data(tmp_path)
+    over = {"data.max_instance_tokens": 120}
+    if method == "gtransformer":
+        over.update({"model.method": "gtransformer", "data.separator": "group", "model.combined_enc_self": 1,
+                     "model.combined_dec_self": 1, "model.combined_cross": 1})
+    Trainer(tiny_config("doc2doc", max_update=6).override(over), data, tmp_path / "m", progress_bar=False).train()
+    tr = Translator.load(tmp_path / "m", device="cpu")
+    docs = read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[:2]
+    for d in docs:
+        d.src = d.src[:14]
+    search = tr.cfg.decode.__class__(**{**vars(tr.cfg.decode), "beam": 2, "max_sentences": 8, "sliding": True})
+    out, report = tr.translate(docs, search)
+    assert report.instances > 2 * 2                                  # several windows per document
+    assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
+    single, _ = tr.translate(docs, tr.cfg.decode.__class__(**{**vars(search), "max_sentences": 1}))
+    assert [d.tgt for d in single] == [d.tgt for d in out]

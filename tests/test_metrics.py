@@ -147,3 +147,33 @@ def test_format_table(hyps, refs):
     assert f"{r['d_bleu']['score']:.2f}" in lines[2] and f"{r['d_bleu_lc']['score']:.2f}" in lines[2]
     for key in ("s_bleu", "s_bleu_lc", "s_chrf", "s_chrf_lc"):
         assert r[key]["signature"] in table
+
+
+# ---- d-BLEU by document length (length-bias evaluation, SPEC §6) ------------------------------
+
+def test_bleu_by_length_buckets_documents_and_scores_each_bucket(ted_valid):
+    from docnmt.metrics import bleu_by_length
+    docs = ted_valid[:6]
+    refs = [d.tgt for d in docs]
+    hyps = [list(d.tgt) for d in docs]
+    hyps[0] = [s.upper() for s in hyps[0]]                           # one document cased differently
+    lengths = [10, 70, 70, 300, 5000, 20]
+    rows = bleu_by_length(hyps, refs, lengths)
+    assert [r["bucket"] for r in rows] == ["[0, 64)", "[64, 128)", "[256, 512)", "[4096, inf)"]
+    assert [r["n_docs"] for r in rows] == [2, 2, 1, 1]
+    assert rows[1]["d_bleu"] == pytest.approx(100.0) and rows[3]["d_bleu"] == pytest.approx(100.0)
+    assert rows[0]["d_bleu"] < 50 < rows[0]["d_bleu_lc"]           # only the cased score drops much
+    assert rows[0]["mean_length"] == pytest.approx(15.0)
+
+
+def test_evaluate_by_length_cli_writes_table_json_and_plot(tmp_path, ted_docs, run_cli):
+    import json
+    from docnmt.readers import write_marker
+    write_marker(ted_docs, tmp_path / "src.en", "src")
+    write_marker(ted_docs, tmp_path / "ref.de", "tgt")
+    status, out, _ = run_cli("evaluate", "--hyp", tmp_path / "ref.de", "--ref", tmp_path / "ref.de", "--by-length",
+                             "--src", tmp_path / "src.en", "--plot", tmp_path / "len.png", "--json", tmp_path / "r.json")
+    assert status == 0 and "d-BLEU by document length (source words)" in out
+    rows = json.loads((tmp_path / "r.json").read_text())["by_length"]
+    assert sum(r["n_docs"] for r in rows) == len(ted_docs)
+    assert (tmp_path / "len.png").stat().st_size > 0
