@@ -69,13 +69,24 @@ class PositionAwarePolicy(AttentionPolicy):
 
     def relative_bias(self, q: Tensor, name: str, offset: int, n_keys: int) -> Tensor:
         """(B, h, nq, nk): q_i · E[clip(j − i) + M] / sqrt(d_h) for queries at positions
-        offset, offset+1, … and keys at 0 … n_keys−1."""
-        M = self.cfg.rel_max_distance
-        table = self.table(name).to(q.dtype)
-        scores = q @ table.t() / math.sqrt(q.size(-1))                              # (B, h, nq, 2M+1)
-        i = torch.arange(offset, offset + q.size(-2), device=q.device)[:, None]
+        offset, offset+1, … and keys at 0 … n_keys−1.
+
+        Only the table rows the distances need are multiplied (nq + nk − 1 of them, not 2M+1).
+        Without clipping, row i of the result is row i of Q E_subᵀ shifted left by nq−1−i: a
+        strided view ("skewing"), no gather; with clipping, a gather of clamped indices."""
+        M, nq = self.cfg.rel_max_distance, q.size(-2)
+        c = M - offset                                  # table row of distance 0 for the first query
+        lo, hi = max(0, c - (nq - 1)), min(2 * M + 1, c + n_keys)
+        table = self.table(name)[lo:hi].to(q.dtype)
+        scores = (q / math.sqrt(q.size(-1))) @ table.t()                         # (B, h, nq, hi−lo)
+        if lo == c - (nq - 1) and hi == c + n_keys:     # no distance is clipped: skew
+            scores = scores.contiguous()
+            width = scores.size(-1)
+            return scores.as_strided((*scores.shape[:-1], n_keys),
+                                     (*scores.stride()[:-2], width - 1, 1), scores.storage_offset() + nq - 1)
+        i = torch.arange(nq, device=q.device)[:, None]
         j = torch.arange(n_keys, device=q.device)[None, :]
-        index = ((j - i).clamp(-M, M) + M).expand(*q.shape[:-1], n_keys)
+        index = ((j - i + c).clamp(0, 2 * M) - lo).expand(*q.shape[:-1], n_keys)
         return scores.gather(-1, index)
 
     def _relative(self, offset: int, n_keys: int):

@@ -28,15 +28,22 @@ def test_relative_gather_equals_the_explicit_tensor():
     torch.manual_seed(0)
     pol = PositionAwarePolicy(CFG)
     M, E = CFG.rel_max_distance, pol.rel_embed[0].detach()
-    q = torch.randn(2, 4, 5, 8)
-    for offset, n_keys in ((0, 5), (9, 14)):
-        got = pol.relative_bias(q, "enc.0.self", offset, n_keys).detach()
+    q = torch.randn(2, 4, 5, 8, requires_grad=True)
+    grad = torch.randn(2, 4, 5, 14)
+    for offset, n_keys in ((0, 5), (2, 6), (9, 14), (0, 14)):      # skewed view, and clipped gather
+        got = pol.relative_bias(q, "enc.0.self", offset, n_keys)
         i = torch.arange(offset, offset + 5)[:, None]
         j = torch.arange(n_keys)[None, :]
-        R = E[(j - i).clamp(-M, M) + M]                                   # (I, J, d_h): the explicit form
+        R = pol.rel_embed[0][(j - i).clamp(-M, M) + M]                  # (I, J, d_h): the explicit form
         want = torch.einsum("bhid,ijd->bhij", q, R) / math.sqrt(8)
         torch.testing.assert_close(got, want)
-    assert float(got[0, 0, 0, 0]) == pytest.approx(float(q[0, 0, 0] @ E[0]) / math.sqrt(8), rel=1e-5)  # j−i = −9: clipped
+        g1 = torch.autograd.grad((got * grad[..., :n_keys]).sum(), (q, pol.rel_embed))
+        g2 = torch.autograd.grad((want * grad[..., :n_keys]).sum(), (q, pol.rel_embed))
+        for a, b in zip(g1, g2):
+            torch.testing.assert_close(a, b)
+    got = got.detach()
+    clipped = float(q[0, 0, 0].detach() @ E[2 * M]) / math.sqrt(8)       # j − i = 13 > M: row 2M
+    assert float(got[0, 0, 0, 13]) == pytest.approx(clipped, rel=1e-5)
 
 
 def test_positions_reach_queries_and_keys_but_not_values():
