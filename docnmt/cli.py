@@ -147,6 +147,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--src", help="source documents (for --by-length)")
     p.add_argument("--plot", help="--by-length: write the d-BLEU vs length plot here (PNG)")
 
+    p = sub.add_parser("probe", help="position probing of encoder layers (absolute, relative, word order)")
+    p.add_argument("models", nargs="+", help="model directories (compared in the plots)")
+    p.add_argument("--train", required=True, help="documents to train the probes on (source side is read)")
+    p.add_argument("--valid", required=True, help="documents to select the probes on")
+    p.add_argument("--test", required=True, help="documents to score the probes on")
+    p.add_argument("--format", default="auto", help="input format (as for translate)")
+    p.add_argument("--out", default="probe", help="directory for probe.json and the PNG plots")
+    p.add_argument("--lengths", nargs="*", type=int, default=[],
+                   help="also absolute-position accuracy of the top layer on inputs of at most these tokens")
+    p.add_argument("--max-examples", type=int, default=20000, help="tokens or pairs per split and task")
+    p.add_argument("--max-epochs", type=int, default=50)
+    p.add_argument("--batch-size", type=int, default=64)
+
     p = sub.add_parser("average", help="average the last N checkpoints of a model directory")
     p.add_argument("model", help="model directory")
     p.add_argument("--last", type=int, default=5)
@@ -231,6 +244,15 @@ def cmd_translate(args) -> int:
     return 0
 
 
+def cmd_probe(args) -> int:
+    from .probe import ProbeSettings, run
+    from .readers import read_documents
+    splits = {name: read_documents(getattr(args, name), fmt=args.format) for name in ("train", "valid", "test")}
+    settings = ProbeSettings(batch_size=args.batch_size, max_epochs=args.max_epochs, max_examples=args.max_examples)
+    run(args.models, splits, Path(args.out), settings, args.lengths)
+    return 0
+
+
 def cmd_evaluate(args) -> int:
     from .metrics import evaluate_documents, format_table, paired_bootstrap
     hyp, ref = read_sentences(args.hyp, hypothesis=True), read_sentences(args.ref)
@@ -305,7 +327,7 @@ def cmd_presets(args) -> int:
 
 
 VERBS = {"prepare": cmd_prepare, "train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate,
-         "average": cmd_average, "quickstart": cmd_quickstart, "presets": cmd_presets}
+         "average": cmd_average, "quickstart": cmd_quickstart, "presets": cmd_presets, "probe": cmd_probe}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,260 @@
+"""Position probing of encoder states (SPEC §8.6; P-Transformer's Figures 1-3 and 6).
+
+For every encoder layer of a frozen docnmt model, linear classifiers (a linear layer and a
+softmax: no hidden layer) are trained on one set of documents, selected on a second and scored on
+a third:
+
+* **absolute**: h_i -> its position i (K = 512 classes; exact and ±3 accuracy);
+* **relative**: h_i − h_j -> i − j for pairs within ±20 tokens (40 classes), per distance;
+* **word order**: h_i − h_j -> whether i < j, same pairs, per distance.
+
+The inputs are what the model reads at translation time (sentences for Sent2Sent, ≤512-token
+instances for Doc2Doc), or sub-documents of at most I tokens for the input-length study.
+Choices where the paper is silent (SPEC §8.6): Adam lr 1e-3, batch 64, at most 50 epochs, early
+stopping on validation accuracy with patience 5; pairs: for every position i one partner j drawn
+uniformly within ±K (j ≠ i) inside its sequence, from an RNG seeded per run.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .data import Corpus, InstanceSet, build_instances
+from .document import Document
+from .translate import Translator
+
+ABS_CLASSES = 512
+REL_RANGE = 20
+
+
+@dataclass
+class ProbeSettings:
+    lr: float = 1e-3
+    batch_size: int = 64
+    max_epochs: int = 50
+    patience: int = 5
+    max_examples: int = 20000     # per split and task (a sample of the tokens or pairs)
+    seed: int = 1
+
+
+@dataclass
+class States:
+    """Encoder states of every layer for the real tokens of a set of inputs."""
+    layers: list[Tensor]          # each (N, d)
+    position: Tensor              # (N,) position within its input
+    sequence: Tensor              # (N,) index of its input
+    lengths: list[int] = field(default_factory=list)
+    pairs: tuple[Tensor, Tensor] | None = None   # the (i, j) rows of the pair tasks, drawn once
+
+
+@torch.no_grad()
+def encoder_states(tr: Translator, docs: list[Document], max_tokens: int | None = None,
+                   batch_tokens: int = 6000) -> States:
+    """Hidden states after every encoder layer for the model's own inputs of ``docs`` (or
+    sub-documents of at most ``max_tokens`` tokens)."""
+    cfg = tr.cfg if max_tokens is None else tr.cfg.override({"data.mode": "doc2doc",
+                                                             "data.max_instance_tokens": max_tokens})
+    corpus = Corpus.encode(docs, tr.vocab, max_sentence_tokens=cfg.model.max_positions - 2)
+    iset = InstanceSet(corpus, build_instances(corpus, cfg.data, training=False), tr.joiner)
+    order = np.argsort(iset.src_lens, kind="stable")
+    captured: list[Tensor] = []
+    hooks = [layer.register_forward_hook(lambda m, i, o: captured.append(o)) for layer in tr.model.encoder.layers]
+    layers: list[list[Tensor]] = [[] for _ in hooks]
+    positions, sequences, lengths = [], [], []
+    start = 0
+    try:
+        while start < len(order):
+            end = start + 1
+            while end < len(order) and (end - start + 1) * iset.src_lens[order[end]] <= batch_tokens:
+                end += 1
+            idx = order[start:end]
+            src = iset.collate(idx)["src"].to(tr.device)
+            captured.clear()
+            tr.model.encode(src)
+            real = src.ne(tr.vocab.pad)
+            for l, out in enumerate(captured):
+                layers[l].append(out[real].float().cpu())
+            pos = torch.arange(src.size(1), device=src.device).expand_as(src)
+            positions.append(pos[real].cpu())
+            seq = torch.as_tensor(idx, device=src.device)[:, None].expand_as(src)
+            sequences.append(seq[real].cpu())
+            lengths.extend(int(n) for n in real.sum(1))
+            start = end
+    finally:
+        for h in hooks:
+            h.remove()
+    return States([torch.cat(x) for x in layers], torch.cat(positions), torch.cat(sequences), lengths)
+
+
+def sample_pairs(states: States, rng: np.random.Generator, k: int = REL_RANGE) -> tuple[Tensor, Tensor]:
+    """For every token i one partner j within ±k in the same input (j ≠ i): indices into the
+    states' rows (i_rows, j_rows)."""
+    pos, seq = states.position.numpy(), states.sequence.numpy()
+    row_of = {(int(s), int(p)): r for r, (s, p) in enumerate(zip(seq, pos))}
+    length = {}
+    for s, p in zip(seq, pos):
+        length[int(s)] = max(length.get(int(s), 0), int(p) + 1)
+    i_rows, j_rows = [], []
+    for r, (s, p) in enumerate(zip(seq, pos)):
+        lo, hi = max(0, p - k), min(length[int(s)] - 1, p + k)
+        choices = [q for q in range(lo, hi + 1) if q != p]
+        if choices:
+            i_rows.append(r)
+            j_rows.append(row_of[(int(s), int(rng.choice(choices)))])
+    return torch.tensor(i_rows), torch.tensor(j_rows)
+
+
+def task_data(states: States, task: str, layer: int, rng: np.random.Generator,
+              max_examples: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(features, labels, distance i − j or position) of one probing task on one layer."""
+    h = states.layers[layer]
+    if task == "absolute":
+        keep = (states.position < ABS_CLASSES).nonzero().squeeze(1)
+        x, y, dist = h[keep], states.position[keep], states.position[keep]
+    else:
+        if states.pairs is None:       # the same pairs for every layer
+            states.pairs = sample_pairs(states, rng)
+        i, j = states.pairs
+        d = states.position[i] - states.position[j]
+        x = h[i] - h[j]
+        y = (d + REL_RANGE - (d > 0).long()) if task == "relative" else (d < 0).long()   # i − j < 0: i before j
+        dist = d
+    if len(y) > max_examples:
+        pick = torch.as_tensor(np.sort(rng.choice(len(y), max_examples, replace=False)))
+        x, y, dist = x[pick], y[pick], dist[pick]
+    return x, y, dist
+
+
+N_CLASSES = {"absolute": ABS_CLASSES, "relative": 2 * REL_RANGE, "word_order": 2}
+
+
+def train_probe(train: tuple, valid: tuple, n_classes: int, s: ProbeSettings) -> nn.Linear:
+    """A linear probe, Adam, early stopping on validation accuracy; returns the best one."""
+    gen = torch.Generator().manual_seed(s.seed)
+    probe = nn.Linear(train[0].size(1), n_classes)
+    opt = torch.optim.Adam(probe.parameters(), lr=s.lr)
+    best, best_state, bad = -1.0, None, 0
+    for _ in range(s.max_epochs):
+        order = torch.randperm(len(train[1]), generator=gen)
+        for b in range(0, len(order), s.batch_size):
+            idx = order[b: b + s.batch_size]
+            loss = nn.functional.cross_entropy(probe(train[0][idx]), train[1][idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            acc = float((probe(valid[0]).argmax(1) == valid[1]).float().mean())
+        if acc > best:
+            best, best_state, bad = acc, {k: v.clone() for k, v in probe.state_dict().items()}, 0
+        else:
+            bad += 1
+            if bad >= s.patience:
+                break
+    probe.load_state_dict(best_state)
+    return probe
+
+
+def score(probe: nn.Linear, data: tuple, task: str) -> dict:
+    x, y, dist = data
+    with torch.no_grad():
+        pred = probe(x).argmax(1)
+    out = {"accuracy": float((pred == y).float().mean()), "n": len(y)}
+    if task == "absolute":
+        out["accuracy_pm3"] = float(((pred - y).abs() <= 3).float().mean())
+    else:
+        out["by_distance"] = {int(d): float((pred[dist == d] == y[dist == d]).float().mean())
+                              for d in torch.unique(dist).tolist()}
+    return out
+
+
+def probe_model(tr: Translator, splits: dict[str, list[Document]], s: ProbeSettings,
+                max_tokens: int | None = None, tasks=("absolute", "relative", "word_order"),
+                layers: list[int] | None = None, log=print) -> dict:
+    """Results of every task on every encoder layer: {task: [per-layer result]}."""
+    states = {name: encoder_states(tr, docs, max_tokens) for name, docs in splits.items()}
+    layers = layers if layers is not None else list(range(len(tr.model.encoder.layers)))
+    results: dict = {t: [] for t in tasks}
+    for task in tasks:
+        for layer in layers:
+            data = {}
+            for k, (name, st) in enumerate(states.items()):
+                data[name] = task_data(st, task, layer, np.random.default_rng([s.seed, k]), s.max_examples)
+            probe = train_probe(data["train"], data["valid"], N_CLASSES[task], s)
+            r = {"layer": layer + 1, **score(probe, data["test"], task)}
+            results[task].append(r)
+            extra = f" (±3: {r['accuracy_pm3']:.3f})" if task == "absolute" else ""
+            log(f"  {task:10s} layer {layer + 1}: {r['accuracy']:.3f}{extra}  [{r['n']} test examples]")
+    return results
+
+
+def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[int, float]] | None = None) -> list[Path]:
+    """The paper's figures as PNGs: accuracy per layer (Figure 1), per relative distance on the
+    top layer (Figures 2-3), and absolute accuracy vs input length (Figure 6)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    paths = []
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, (task, label) in zip(axes, [("absolute", "absolute position"), ("relative", "relative position"),
+                                        ("word_order", "word order")]):
+        for name, res in all_results.items():
+            rows = res.get(task, [])
+            ax.plot([r["layer"] for r in rows], [r["accuracy"] for r in rows], "o-", label=name)
+            if task == "absolute":
+                ax.plot([r["layer"] for r in rows], [r["accuracy_pm3"] for r in rows], "s--", alpha=0.6,
+                        label=f"{name} ±3")
+        ax.set_title(label); ax.set_xlabel("encoder layer"); ax.set_ylabel("accuracy"); ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out_dir / "probe_layers.png")
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+    for task in ("relative", "word_order"):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, res in all_results.items():
+            if res.get(task):
+                top = res[task][-1]["by_distance"]
+                ax.plot(list(top), list(top.values()), ".-", label=name)
+        ax.set_title(f"{task.replace('_', ' ')} accuracy per distance i − j (top layer)")
+        ax.set_xlabel("i − j"); ax.set_ylabel("accuracy"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(out_dir / f"probe_{task}_distance.png")
+        fig.savefig(paths[-1], dpi=100)
+        plt.close(fig)
+    if lengths:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, by_len in lengths.items():
+            ax.plot(list(by_len), list(by_len.values()), "o-", label=name)
+        ax.set_xscale("log", base=2); ax.set_xlabel("input length (tokens)")
+        ax.set_ylabel("absolute-position accuracy (top layer)"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(out_dir / "probe_input_length.png")
+        fig.savefig(paths[-1], dpi=100)
+        plt.close(fig)
+    return paths
+
+
+def run(models: list[str], splits: dict[str, list[Document]], out_dir: Path, s: ProbeSettings,
+        input_lengths: list[int] = (), log=print) -> dict:
+    """``docnmt probe``: every model, every task and layer; tables, JSON and plots in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results, by_length = {}, {}
+    for path in models:
+        name = Path(path).name
+        tr = Translator.load(path, device="cpu")
+        log(f"{name} ({tr.cfg.data.mode}, {tr.cfg.model.method})")
+        results[name] = probe_model(tr, splits, s, log=log)
+        top = len(tr.model.encoder.layers) - 1
+        for n in input_lengths:
+            r = probe_model(tr, splits, s, max_tokens=n, tasks=("absolute",), layers=[top], log=lambda m: None)
+            by_length.setdefault(name, {})[n] = r["absolute"][0]["accuracy"]
+            log(f"  absolute, top layer, inputs of <= {n} tokens: {by_length[name][n]:.3f}")
+    (out_dir / "probe.json").write_text(json.dumps({"results": results, "by_input_length": by_length}, indent=1))
+    for p in plot(results, out_dir, by_length or None):
+        log(f"wrote {p}")
+    return {"results": results, "by_input_length": by_length}

@@ -1,0 +1,62 @@
+"""Position probing (SPEC §8.6): pair sampling, labels, and a probe run through the CLI on real text."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from _tiny import SHARED, tiny_config, tiny_data
+from docnmt.probe import REL_RANGE, States, sample_pairs, task_data
+from docnmt.train import Trainer
+
+pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+
+
+def toy_states():
+    lengths = [30, 5, 50]
+    pos = torch.cat([torch.arange(n) for n in lengths])
+    seq = torch.cat([torch.full((n,), s) for s, n in enumerate(lengths)])
+    h = torch.randn(len(pos), 8)
+    return States([h, h * 2], pos, seq, lengths)
+
+
+def test_pairs_stay_in_their_sequence_within_the_range():
+    st = toy_states()
+    i, j = sample_pairs(st, np.random.default_rng(0))
+    assert len(i) == len(st.position)                                  # one partner per token
+    assert torch.equal(st.sequence[i], st.sequence[j])
+    d = st.position[i] - st.position[j]
+    assert (d != 0).all() and (d.abs() <= REL_RANGE).all()
+
+
+def test_labels_of_the_three_tasks():
+    st = toy_states()
+    rng = np.random.default_rng(0)
+    x, y, _ = task_data(st, "absolute", 1, rng, 10**6)
+    assert torch.equal(y, st.position) and torch.equal(x, st.layers[1])
+    x, y, d = task_data(st, "relative", 0, rng, 10**6)
+    assert y.min() >= 0 and y.max() < 2 * REL_RANGE
+    assert torch.equal(y[d == -1], torch.full_like(y[d == -1], REL_RANGE - 1))
+    assert torch.equal(y[d == 1], torch.full_like(y[d == 1], REL_RANGE))
+    i, j = st.pairs
+    torch.testing.assert_close(x, st.layers[0][i] - st.layers[0][j])
+    _, y, d = task_data(st, "word_order", 0, rng, 10**6)
+    assert torch.equal(y, (d < 0).long())                              # i before j
+
+
+def test_probe_cli_on_real_documents(tmp_path, run_cli):
+    data = tiny_data(tmp_path)
+    Trainer(tiny_config("doc2doc", max_update=4), data, tmp_path / "m", progress_bar=False).train()
+    raw = tmp_path / "raw" / "ted.en"
+    status, out, _ = run_cli("probe", tmp_path / "m", "--train", raw, "--valid", raw, "--test", raw,
+                             "--out", tmp_path / "probe", "--lengths", "32", "64", "--max-examples", "2000",
+                             "--max-epochs", "3")
+    assert status == 0, out
+    result = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    layers = result["results"]["m"]["absolute"]
+    assert [r["layer"] for r in layers] == [1, 2]
+    assert all(0.0 <= r["accuracy"] <= r["accuracy_pm3"] <= 1.0 for r in layers)
+    assert set(result["by_input_length"]["m"]) == {"32", "64"}
+    for png in ("probe_layers.png", "probe_relative_distance.png", "probe_word_order_distance.png",
+                "probe_input_length.png"):
+        assert (tmp_path / "probe" / png).stat().st_size > 0
