@@ -37,6 +37,9 @@ TRAIN_FLAGS = {
     "--clip-norm": ("train.clip_norm", float, "gradient clipping (0 = off)"),
     "--pretrained-lr-scale": ("train.pretrained_lr_scale", float,
                               "lr of the parameters copied by --init-from, as a share of --lr (G-Transformer: 0.2)"),
+    "--freeze-pretrained": ("train.freeze_pretrained", str,
+                            "true: train only the parameters --init-from did not set (two-step training)"),
+    "--context-input": ("data.context_input", int, "sent2sent: previous source sentences as a context input"),
     "--word-dropout": ("train.word_dropout", float, "P(word -> <mask>) on source and decoder input"),
     "--word-dropout-epochs": ("train.word_dropout_epochs", int, "word dropout in epochs 1..N only (0 = all)"),
     "--seed": ("train.seed", int, "random seed"),
@@ -52,6 +55,7 @@ TRAIN_FLAGS = {
 DECODE_FLAGS = {
     "--beam": ("decode.beam", int, "beam size (1 = greedy)"),
     "--lenpen": ("decode.lenpen", float, "length penalty: score / length**lenpen"),
+    "--lenpen-style": ("decode.lenpen_style", str, "fairseq (length**lenpen) | gnmt (((5+length)/6)**lenpen)"),
     "--max-len-a": ("decode.max_len_a", float, "max output length = a * source length + b"),
     "--max-len-b": ("decode.max_len_b", int, "max output length = a * source length + b"),
     "--min-len": ("decode.min_len", int, "minimum output length"),

@@ -37,6 +37,7 @@ class TrainConfig:
     label_smoothing: float = 0.1
     clip_norm: float = 0.0
     pretrained_lr_scale: float = 1.0   # lr of parameters initialised by --init-from, as a share of lr
+    freeze_pretrained: bool = False    # train only the parameters --init-from did not set (two-step training)
     word_dropout: float = 0.0    # P(word -> <mask>) on source and decoder input (SPEC §2.7)
     word_dropout_epochs: int = 0  # word dropout in epochs 1..N only; 0 = in every epoch
     max_update: int = 0          # 0 = no limit

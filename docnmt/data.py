@@ -199,6 +199,7 @@ class ModeConfig:
     max_instance_sents: int = 1000
     separator: str = "index"         # index: <sepI> (PT) | uniform: <sep> | group: <s> x </s> (GT)
     mix_sentences: bool = False
+    context_input: int = 0           # sent2sent: N previous source sentences as a separate context input (DT, §7.1)
     dls: bool = False                # doc2doc: dynamic length sampling of training segments (SPEC §2.5)
     dls_start_epoch: int = 20        # k of T = exp(epoch − k)
 
@@ -306,6 +307,7 @@ class Joiner:
         self.vocab, self.indexed = vocab, separator == "index"
         self.sep_ids = set(vocab.symbol_ids[s] for s in vocab.extra if s.startswith("<sep"))
         self.start, self.end = vocab.bos, vocab.eos
+        self.context_sents = 0
 
     def overhead(self, n_sents: np.ndarray, side: str) -> np.ndarray:
         """Tokens added to ``n_sents`` sentences on the source or in the decoder input."""
@@ -408,8 +410,12 @@ class GroupJoiner(Joiner):
         return out, ok
 
 
-def make_joiner(vocab: Vocab, separator: str) -> Joiner:
-    return (GroupJoiner if separator == "group" else Joiner)(vocab, separator)
+def make_joiner(vocab: Vocab, separator: str, context_input: int = 0) -> Joiner:
+    """The format a config names; ``context_input`` > 0 adds a context input of that many
+    previous source sentences to every batch (``ctx``)."""
+    joiner = (GroupJoiner if separator == "group" else Joiner)(vocab, separator)
+    joiner.context_sents = context_input
+    return joiner
 
 
 # --------------------------------------------------------------------------------------------
@@ -442,10 +448,21 @@ class InstanceSet:
         _, b, t = self.rows[k]
         return self.joiner.decoder_io([self.corpus.tgt[i] for i in range(t, b)])
 
+    def context(self, k: int) -> np.ndarray:
+        """The context input of instance ``k`` (SPEC §7.1): the N source sentences before its
+        first one in the same document, concatenated, then ``</s>`` (just ``</s>`` at a
+        document's start)."""
+        a = int(self.rows[k, 0])
+        doc_start = int(self.corpus.doc_offsets[np.searchsorted(self.corpus.doc_offsets, a, side="right") - 1])
+        sents = [self.corpus.src[i] for i in range(max(doc_start, a - self.joiner.context_sents), a)]
+        return np.concatenate([*sents, [self.joiner.vocab.eos]]).astype(np.int32)
+
     def collate(self, indices: list[int] | np.ndarray) -> dict:
         vocab = self.joiner.vocab
         batch = {"ids": torch.as_tensor(np.asarray(indices, dtype=np.int64)),
                  "src": pad_batch([self.source(k) for k in indices], vocab.pad)}
+        if self.joiner.context_sents > 0:
+            batch["ctx"] = pad_batch([self.context(k) for k in indices], vocab.pad)
         if self.corpus.tgt is not None:
             tgt_in, labels = zip(*(self.target(k) for k in indices))
             batch["tgt_in"] = pad_batch(tgt_in, vocab.pad)
@@ -468,6 +485,14 @@ def word_dropout(batch: dict, p: float, vocab: Vocab, seed: tuple[int, ...]) -> 
             drop = torch.from_numpy(rng.random(tuple(x.shape)) < p) & eligible
             out[key] = x.masked_fill(drop, vocab.id("<mask>"))
     return out
+
+
+MODEL_INPUTS = ("ctx",)   # batch tensors besides src/tgt_in/labels that a model may take
+
+
+def model_inputs(batch: dict) -> dict:
+    """The extra model inputs a collated batch carries (passed to ``model.encode``)."""
+    return {k: batch[k] for k in MODEL_INPUTS if k in batch}
 
 
 def pad_batch(seqs: list[np.ndarray], pad: int) -> torch.Tensor:

@@ -53,7 +53,7 @@ class ModelConfig:
     pre_norm: bool = False
     share_embeddings: bool = True
     max_positions: int = 1024
-    method: str = "transformer"     # transformer | gtransformer | ptransformer
+    method: str = "transformer"     # transformer | gtransformer | ptransformer | context_transformer
     # G-Transformer (docnmt/gtransformer.py, SPEC §3): top layers with combined attention per
     # attention kind, and the paper's ablations
     combined_enc_self: int = 2
@@ -70,6 +70,10 @@ class ModelConfig:
     rel_sharing: str = "all"
     # length-aware attention (SPEC §6.2): logits × max(log n, 0.1) / log n̄, on any model
     length_aware: bool = False
+    # context-encoder Transformer (docnmt/context_transformer.py, SPEC §7)
+    context_layers: int = 1
+    context_gate: bool = True
+    context_in: str = "both"          # both | encoder | decoder
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,9 +463,10 @@ class AttentionProbe:
 
 
 def module_kind(name: str) -> str:
-    """``enc.3.self`` -> ``enc_self``, ``dec.1.cross.global`` -> ``cross_global``."""
+    """``enc.3.self`` -> ``enc_self``, ``dec.1.cross.global`` -> ``cross_global``,
+    ``dec.0.context`` -> ``dec_context``, ``ctx.0.self`` -> ``ctx_self``."""
     parts = name.split(".")
-    kind = "cross" if parts[2] == "cross" else f"{parts[0]}_self"
+    kind = "cross" if parts[2] == "cross" else f"{parts[0]}_{parts[2]}"
     return kind + "".join(f"_{p}" for p in parts[3:])
 
 
@@ -534,14 +539,22 @@ class FeedForwardSublayer(Sublayer):
 
 
 class Layer(nn.Module):
-    """An encoder or decoder layer: its sublayers applied in order."""
+    """An encoder or decoder layer: its sublayers applied in order.
 
-    def __init__(self, sublayers: list[Sublayer]):
+    ``inserted`` adds sublayers of a method without renumbering the base ones: ``{i: sub}``
+    runs ``sub`` just before ``sublayers[i]`` (parameter names ``inserted.{i}.…``), so weights of
+    the base model still load by name (the context-encoder Transformer's gated context attention).
+    """
+
+    def __init__(self, sublayers: list[Sublayer], inserted: dict[int, Sublayer] | None = None):
         super().__init__()
         self.sublayers = nn.ModuleList(sublayers)
+        self.inserted = nn.ModuleDict({str(i): sub for i, sub in (inserted or {}).items()})
 
     def forward(self, x: Tensor, state: State) -> Tensor:
-        for sub in self.sublayers:
+        for i, sub in enumerate(self.sublayers):
+            if str(i) in self.inserted:
+                x = self.inserted[str(i)](x, state)
             x = sub(x, state)
         return x
 
@@ -679,13 +692,18 @@ class Decoder(Encoder):
 
 @dataclass
 class EncoderOut:
+    """The encoder's output; ``extra`` holds a method's batch-first tensors for the decoder
+    (e.g. an encoded context), reordered with the rest when beams are selected."""
+
     src: Tensor
     pad: Tensor
     memory: Tensor
+    extra: dict = field(default_factory=dict)
 
     def select(self, index: Tensor) -> "EncoderOut":
         return EncoderOut(self.src.index_select(0, index), self.pad.index_select(0, index),
-                          self.memory.index_select(0, index))
+                          self.memory.index_select(0, index),
+                          {k: v.index_select(0, index) for k, v in self.extra.items()})
 
 
 class Transformer(nn.Module):
@@ -723,12 +741,19 @@ class Transformer(nn.Module):
             with torch.no_grad():
                 table.weight[self.cfg.pad_id].zero_()
 
-    def encode(self, src: Tensor) -> EncoderOut:
+    def encode(self, src: Tensor, **inputs: Tensor) -> EncoderOut:
+        """Encode ``src``; ``inputs`` are a method's other batch tensors (``ctx``), which
+        :meth:`encode_extra` turns into ``EncoderOut.extra`` for the encoder and decoder layers."""
         pad = src.eq(self.cfg.pad_id)
         specs = self.policy.encoder_specs(src, pad)
         if self.length_scale is not None:
             self.length_scale.encoder(specs, pad)
-        return EncoderOut(src, pad, self.encoder(self.encoder.embed(src), State(specs)))
+        extra = self.encode_extra(**inputs)
+        return EncoderOut(src, pad, self.encoder(self.encoder.embed(src), State(specs, extra=extra)), extra)
+
+    def encode_extra(self, **inputs: Tensor) -> dict:
+        """Method hook: tensors every layer can read from ``State.extra`` (none here)."""
+        return {}
 
     def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: dict | None = None) -> Tensor:
         """Decoder hidden states for ``tgt_in`` (the whole prefix). With a ``cache``
@@ -738,7 +763,7 @@ class Transformer(nn.Module):
         specs = self.policy.decoder_specs(tgt_in, enc.src, enc.pad, offset, cache is not None)
         if self.length_scale is not None:
             self.length_scale.decoder(specs, tgt_in, enc.pad, offset, self.cfg.pad_id)
-        state = State(specs, memory=enc.memory, cache=cache)
+        state = State(specs, memory=enc.memory, cache=cache, extra=enc.extra)
         out = self.decoder(self.decoder.embed(tgt_in[:, offset:], offset), state)
         if cache is not None:
             cache["_len"] = tgt_in.size(1)
@@ -747,11 +772,12 @@ class Transformer(nn.Module):
     def output_projection(self, hidden: Tensor) -> Tensor:
         return linear(hidden, self.decoder.embed.table.weight)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, labels: Tensor | None = None, label_smoothing: float = 0.0):
+    def forward(self, src: Tensor, tgt_in: Tensor, labels: Tensor | None = None, label_smoothing: float = 0.0,
+                **inputs: Tensor):
         """Teacher-forced logits (B, T, V); with ``labels``, the training loss instead:
         (summed label-smoothed loss, summed NLL, number of target tokens). The loss path runs
         the output projection only on real (non-pad) positions, fused with the loss."""
-        hidden = self.decode(tgt_in, self.encode(src))
+        hidden = self.decode(tgt_in, self.encode(src, **inputs))
         if labels is None:
             return self.output_projection(hidden)
         select = labels.ne(self.cfg.pad_id)

@@ -10,7 +10,8 @@ One search for every method. Its extension points:
   G-Transformer's sentence frame);
 * ``banned``: token ids never generated (pad, ``<s>``, ``<mask>``, …).
 
-Scores follow fairseq: sum of token log-probabilities divided by ``length ** lenpen`` with the
+Scores follow fairseq: sum of token log-probabilities divided by ``length ** lenpen`` (or GNMT's
+``((5 + length) / 6) ** lenpen`` with ``lenpen_style: gnmt``, SPEC §7.5) with the
 length counting ``</s>``; a sentence is finished once ``beam`` hypotheses have ended, and it is
 then dropped from the batch so the remaining sentences run faster.
 """
@@ -29,6 +30,7 @@ from .model import Transformer
 class SearchConfig:
     beam: int = 5
     lenpen: float = 1.0
+    lenpen_style: str = "fairseq"   # fairseq: length ** lenpen | gnmt: ((5 + length) / 6) ** lenpen
     max_len_a: float = 1.2
     max_len_b: int = 10
     min_len: int = 1
@@ -47,11 +49,13 @@ Processor = Callable[[int, Tensor, Tensor, Tensor], None]
 @torch.inference_mode()
 def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eos: int,
                 banned: Sequence[int] = (), prefix: list[list[int]] | None = None,
-                processors: Sequence[Processor] = (), max_len: Tensor | None = None) -> list[list[Hypothesis]]:
+                processors: Sequence[Processor] = (), max_len: Tensor | None = None,
+                inputs: dict | None = None) -> list[list[Hypothesis]]:
     """Translate a padded source batch ``src`` (B, S); returns ``nbest`` hypotheses per row.
-    ``max_len`` (B,) replaces the ``max_len_a · |src| + max_len_b`` limit of each row."""
+    ``max_len`` (B,) replaces the ``max_len_a · |src| + max_len_b`` limit of each row;
+    ``inputs`` are the model's other inputs (a context batch)."""
     B, K, device = src.size(0), cfg.beam, src.device
-    enc = model.encode(src)
+    enc = model.encode(src, **(inputs or {}))
     src_len = (~enc.pad).sum(1)
     pre_len = torch.tensor([len(p) for p in prefix] if prefix else [0] * B, device=device)
     max_pos = model.cfg.max_positions - 1
@@ -97,7 +101,7 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eo
         is_eos[:, K:] = False
         if is_eos.any():
             length = step + 1
-            norm = top_scores / (length ** cfg.lenpen)
+            norm = top_scores / length_penalty(length, cfg)
             for i, j in is_eos.nonzero().tolist():
                 s = int(alive[i])
                 if len(finished[s]) < K:
@@ -124,6 +128,14 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eo
             enc = enc.select(static)
         model.reorder_cache(cache, order, static)
     return [sorted(f, key=lambda h: -h.score)[: cfg.nbest] for f in finished]
+
+
+def length_penalty(length: int, cfg: SearchConfig) -> float:
+    if cfg.lenpen_style == "gnmt":
+        return ((5 + length) / 6) ** cfg.lenpen
+    if cfg.lenpen_style != "fairseq":
+        raise ValueError(f"unknown lenpen_style {cfg.lenpen_style!r}; choose fairseq or gnmt")
+    return length ** cfg.lenpen
 
 
 def _prefix_tensor(prefix: list[list[int]] | None, B: int, device) -> Tensor | None:

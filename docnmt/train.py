@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from .checkpoint import (WEIGHTS, atomic_write, last_checkpoint, load_state, load_weights, save_checkpoint,
                          save_weights)
 from .config import Config
-from .data import Corpus, InstanceSet, build_instances, make_joiner, token_batches, word_dropout
+from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, token_batches, word_dropout
 from .errors import DocnmtError
 from .model import AttentionProbe, module_kind
 from .translate import Translator, build_model
@@ -52,7 +52,8 @@ class EntropyMeter:
     def add(self, probe: AttentionProbe, batch: dict, pad: int) -> None:
         for name, records in probe.entropy.items():
             kind = module_kind(name)
-            real = batch["src" if kind.startswith("enc") else "tgt_in"].ne(pad)
+            side = "ctx" if kind.startswith("ctx") else "src" if kind.startswith("enc") else "tgt_in"
+            real = batch[side].ne(pad)
             for h in records:
                 per_instance = (h * real).sum(1) / real.sum(1).clamp_min(1)
                 self.sums[kind] = self.sums.get(kind, 0.0) + float(per_instance.sum())
@@ -101,8 +102,8 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, eps: float) 
 
 
 def forward_loss(model, batch: dict, eps: float) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Loss of one batch (through ``model.loss``; a DDP wrapper forwards it to the model)."""
-    return model(batch["src"], batch["tgt_in"], batch["labels"], eps)
+    """Loss of one batch (through the model's forward; a DDP wrapper forwards it to the model)."""
+    return model(batch["src"], batch["tgt_in"], batch["labels"], eps, **model_inputs(batch))
 
 
 @dataclass
@@ -176,7 +177,7 @@ class Trainer:
         self.device = torch.device(f"cuda:{self.dist.local_rank}" if torch.cuda.is_available() else "cpu")
         self.progress_bar = progress_bar and self.dist.main
         self.vocab = Vocab.load(self.data_dir)
-        self.joiner = make_joiner(self.vocab, cfg.data.separator)
+        self.joiner = make_joiner(self.vocab, cfg.data.separator, cfg.data.context_input)
         self.train_corpus = Corpus.load(self.data_dir, "train")
         self.valid = None
         if (self.data_dir / "valid.docs.npy").exists():
@@ -214,13 +215,17 @@ class Trainer:
 
     def _build_optimizer(self) -> None:
         """Adam under one inverse-sqrt schedule; parameters initialised from another model
-        (``self.pretrained``) form their own group at ``lr × pretrained_lr_scale`` (SPEC §3.4)."""
+        (``self.pretrained``) form their own group at ``lr × pretrained_lr_scale`` (SPEC §3.4),
+        or are frozen with ``freeze_pretrained`` (SPEC §7.4)."""
         tc = self.cfg.train
         named = dict(self.model.named_parameters())
         old = [named[n] for n in self.pretrained if n in named]
         new = [p for n, p in named.items() if n not in set(self.pretrained)]
         groups = [{"params": new, "lr": tc.lr}]
-        if old:
+        if old and tc.freeze_pretrained:          # two-step training: only the new parameters learn
+            for p in old:
+                p.requires_grad_(False)
+        elif old:
             groups.append({"params": old, "lr": tc.lr * tc.pretrained_lr_scale})
         self.optimizer = torch.optim.Adam(groups, lr=tc.lr, betas=tuple(tc.adam_betas), eps=tc.adam_eps,
                                           weight_decay=tc.weight_decay, fused=True)

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import gtransformer, ptransformer
+from . import context_transformer, gtransformer, ptransformer
 from .checkpoint import WEIGHTS, load_weights
 from .config import Config
-from .data import Corpus, InstanceSet, build_instances, make_joiner, token_batches
+from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, token_batches
 from .document import Document
 from .errors import ConfigError, DataError, DocnmtError
 from .model import AttentionPolicy, Transformer
@@ -36,8 +36,13 @@ def build_model(cfg: Config, vocab: Vocab) -> Transformer:
         return gtransformer.build(cfg.model, vocab.bos, vocab.id("<eod>"))
     if cfg.model.method == "ptransformer":
         return ptransformer.build(cfg.model)
+    if cfg.model.method == "context_transformer":
+        if cfg.data.context_input <= 0:
+            raise ConfigError("a context-encoder Transformer needs data.context_input > 0 (previous sentences)")
+        return context_transformer.build(cfg.model)
     if cfg.model.method != "transformer":
-        raise ConfigError(f"unknown model.method {cfg.model.method!r}; choose transformer, gtransformer or ptransformer")
+        raise ConfigError(f"unknown model.method {cfg.model.method!r}; choose transformer, gtransformer, "
+                          "ptransformer or context_transformer")
     return Transformer(cfg.model, AttentionPolicy(cfg.model))
 
 
@@ -64,7 +69,7 @@ class Translator:
     def __init__(self, model: Transformer, vocab: Vocab, cfg: Config, device: str | torch.device = "cpu"):
         self.model, self.vocab, self.cfg = model.eval().to(device), vocab, cfg
         self.device = torch.device(device)
-        self.joiner = make_joiner(vocab, cfg.data.separator)
+        self.joiner = make_joiner(vocab, cfg.data.separator, cfg.data.context_input)
 
     @classmethod
     def load(cls, model_dir: str | Path, weights: str | Path | None = None, device: str | None = None) -> "Translator":
@@ -158,7 +163,9 @@ class Translator:
                                 max_sentences=getattr(search, "max_sentences", self.cfg.decode.max_sentences))
         amp = autocast_dtype(getattr(search, "precision", "auto"), self.device)
         for idx in batches:
-            src = iset.collate(idx)["src"].to(self.device)
+            batch = iset.collate(idx)
+            src = batch["src"].to(self.device)
+            inputs = {k: v.to(self.device) for k, v in model_inputs(batch).items()}
             prefix = [self.joiner.prefix([outputs[i][0] for i in range(int(rows[k, 2]), int(new_from[k]))])
                       for k in idx]
             extra = self.constraints(src)
@@ -167,7 +174,7 @@ class Translator:
             with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
                 hyps = beam_search(self.model, src, search, self.start_token(search), self.joiner.end,
                                    banned=self.banned_ids(sentence_targets), prefix=prefix if any(prefix) else None,
-                                   **extra)
+                                   inputs=inputs, **extra)
             for k, forced, nbest in zip(idx, prefix, hyps):
                 _, end, tstart = (int(x) for x in rows[k])
                 for rank, hyp in enumerate(nbest):

@@ -121,3 +121,11 @@ def test_length_limit_ends_with_the_models_eos_cost(trained):
         lp = torch.log_softmax(tr.model(src, tokens), -1)[0]
     expected = sum(float(lp[i, t]) for i, t in enumerate(hyp.tokens + [3]))
     assert hyp.score == pytest.approx(expected, abs=1e-4)
+
+
+def test_gnmt_length_penalty():
+    from docnmt.search import length_penalty
+    assert length_penalty(7, SearchConfig(lenpen=0.6, lenpen_style="gnmt")) == pytest.approx((12 / 6) ** 0.6)
+    assert length_penalty(7, SearchConfig(lenpen=1.0)) == 7
+    with pytest.raises(ValueError):
+        length_penalty(7, SearchConfig(lenpen_style="other"))

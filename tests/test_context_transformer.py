@@ -1,0 +1,101 @@
+"""Context-encoder Transformer (SPEC §7, §13 item 10): context input, gate, two-step training."""
+import numpy as np
+import pytest
+import torch
+
+from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data
+from docnmt.context_transformer import GatedContextSublayer, build
+from docnmt.data import InstanceSet, make_joiner, sent_instances
+from docnmt.errors import ConfigError
+from docnmt.model import ModelConfig
+from docnmt.readers import read_documents
+from docnmt.train import Trainer
+from docnmt.translate import Translator
+
+CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
+                  dropout=0.0, method="context_transformer")
+
+
+def test_context_is_the_previous_source_sentences_then_eos(tiny_corpus, tiny_vocab):
+    iset = InstanceSet(tiny_corpus, sent_instances(tiny_corpus), make_joiner(tiny_vocab, "index", 2))
+    eos = tiny_vocab.eos
+    d0, d1 = int(tiny_corpus.doc_offsets[0]), int(tiny_corpus.doc_offsets[1])
+    assert iset.context(d0).tolist() == [eos]                            # a document's first sentence
+    want = np.concatenate([tiny_corpus.src[d0], [eos]])
+    assert iset.context(d0 + 1).tolist() == want.tolist()
+    want = np.concatenate([tiny_corpus.src[d0 + 1], tiny_corpus.src[d0 + 2], [eos]])
+    assert iset.context(d0 + 3).tolist() == want.tolist()
+    assert iset.context(d1).tolist() == [eos]                            # never across documents
+    batch = iset.collate([d0, d0 + 3])
+    assert batch["ctx"].shape[0] == 2 and batch["ctx"][0, 0] == eos and (batch["ctx"][0, 1:] == 0).all()
+
+
+def test_gate_is_per_position_and_channel_in_0_1():
+    torch.manual_seed(0)
+    sub = GatedContextSublayer(CFG, "enc.0.context").eval()
+    a, d = torch.randn(2, 5, 32), torch.randn(2, 5, 32)
+    lam = torch.sigmoid(sub.gate_input(a) + sub.gate_context(d))
+    assert lam.shape == (2, 5, 32) and ((lam > 0) & (lam < 1)).all()
+    torch.testing.assert_close(sub.combine(a, d), lam * a + (1 - lam) * d)
+    assert sub.gate_input.bias is None and sub.gate_context.bias is None
+    plain = GatedContextSublayer(ModelConfig(**{**vars(CFG), "context_gate": False}), "x.0.context").eval()
+    torch.testing.assert_close(plain.combine(a, d), a + d)               # the residual ablation
+
+
+@pytest.mark.parametrize("place,enc,dec", [("both", True, True), ("encoder", True, False), ("decoder", False, True)])
+def test_context_in_switch(place, enc, dec):
+    model = build(ModelConfig(**{**vars(CFG), "context_in": place}))
+    assert all(bool(len(layer.inserted)) == enc for layer in model.encoder.layers)
+    assert all(bool(len(layer.inserted)) == dec for layer in model.decoder.layers)
+    with pytest.raises(ConfigError):
+        build(ModelConfig(**{**vars(CFG), "context_in": "nowhere"}))
+
+
+def test_incremental_decoding_with_context_equals_full():
+    torch.manual_seed(0)
+    model = build(CFG).eval()
+    src, tgt = random_pair()
+    ctx = torch.randint(4, 50, (2, 6))
+    ctx[0, 3:] = 0
+
+    class WithContext(torch.nn.Module):      # the helper calls encode(src); give it the context
+        def encode(self, s):
+            return model.encode(s, ctx=ctx)
+
+        def decode(self, *a):
+            return model.decode(*a)
+    assert_incremental_equals_full(WithContext(), src, tgt)
+    with torch.no_grad():                    # the context matters
+        other = model.decode(tgt, model.encode(src, ctx=torch.flip(ctx, [1])))
+        assert not torch.allclose(other, model.decode(tgt, model.encode(src, ctx=ctx)))
+    assert isinstance(model.encoder.layers[0].inserted["1"], GatedContextSublayer)
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+def test_two_step_training_changes_only_the_new_parameters(tmp_path):
+    """Step 2 loads the sentence model, freezes it and trains only the context parameters."""
+    from safetensors.torch import load_file
+    data = tiny_data(tmp_path)
+    Trainer(tiny_config("sent2sent", max_update=4), data, tmp_path / "sent", progress_bar=False).train()
+    step2 = tiny_config("sent2sent", max_update=5, freeze_pretrained=True).override(
+        {"model.method": "context_transformer", "data.context_input": 2})
+    tr = Trainer(step2, data, tmp_path / "ctx", progress_bar=False, init_from=tmp_path / "sent")
+    before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+    tr.train()
+    sent = load_file(str(tmp_path / "sent" / "model.safetensors"))
+    after = dict(tr.model.named_parameters())
+    assert tr.pretrained and set(tr.pretrained) <= set(sent)
+    for n in before:
+        if n in tr.pretrained:
+            assert torch.equal(after[n], sent[n]), n                        # frozen: the sentence model's
+        else:
+            assert not torch.equal(after[n], before[n]), n                  # new: trained
+    assert any("context_encoder" in n for n in before if n not in tr.pretrained)
+    translator = Translator.load(tmp_path / "ctx", device="cpu")
+    docs = read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[:2]
+    for d in docs:
+        d.src = d.src[:6]
+    search = translator.cfg.decode.__class__(**{**vars(translator.cfg.decode), "beam": 2, "max_sentences": 8})
+    out, _ = translator.translate(docs, search)
+    single, _ = translator.translate(docs, translator.cfg.decode.__class__(**{**vars(search), "max_sentences": 1}))
+    assert [d.tgt for d in single] == [d.tgt for d in out] and [len(d.tgt) for d in out] == [6, 6]
