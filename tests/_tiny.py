@@ -56,3 +56,20 @@ def assert_incremental_equals_full(model, src, tgt) -> None:
         cache: dict = {}
         steps = torch.cat([model.decode(tgt[:, : t + 1], enc, cache) for t in range(tgt.size(1))], 1)
     torch.testing.assert_close(steps, full, rtol=1e-4, atol=1e-5)
+
+
+def translate_checked(model_dir: Path, raw: Path, n_sents: int, **search):
+    """Translate the first two documents of ``raw`` (truncated to ``n_sents`` sentences) with
+    beam 2 in batches and one instance at a time; asserts both agree and every source sentence
+    got a line. Returns (translator, documents, output, coverage report)."""
+    from docnmt.translate import Translator
+    tr = Translator.load(model_dir, device="cpu")
+    docs = read_documents(str(raw), fmt="marker")[:2]
+    for d in docs:
+        d.src = d.src[:n_sents]
+    cfg = tr.cfg.decode.__class__(**{**vars(tr.cfg.decode), "beam": 2, "max_sentences": 8, **search})
+    out, report = tr.translate(docs, cfg)
+    single, _ = tr.translate(docs, tr.cfg.decode.__class__(**{**vars(cfg), "max_sentences": 1}))
+    assert [d.tgt for d in single] == [d.tgt for d in out]
+    assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
+    return tr, docs, out, report

@@ -3,14 +3,12 @@ import numpy as np
 import pytest
 import torch
 
-from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data
+from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data, translate_checked
 from docnmt.context_transformer import GatedContextSublayer, build
 from docnmt.data import InstanceSet, make_joiner, sent_instances
 from docnmt.errors import ConfigError
 from docnmt.model import ModelConfig
-from docnmt.readers import read_documents
 from docnmt.train import Trainer
-from docnmt.translate import Translator
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
                   dropout=0.0, method="context_transformer")
@@ -91,11 +89,4 @@ def test_two_step_training_changes_only_the_new_parameters(tmp_path):
         else:
             assert not torch.equal(after[n], before[n]), n                  # new: trained
     assert any("context_encoder" in n for n in before if n not in tr.pretrained)
-    translator = Translator.load(tmp_path / "ctx", device="cpu")
-    docs = read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[:2]
-    for d in docs:
-        d.src = d.src[:6]
-    search = translator.cfg.decode.__class__(**{**vars(translator.cfg.decode), "beam": 2, "max_sentences": 8})
-    out, _ = translator.translate(docs, search)
-    single, _ = translator.translate(docs, translator.cfg.decode.__class__(**{**vars(search), "max_sentences": 1}))
-    assert [d.tgt for d in single] == [d.tgt for d in out] and [len(d.tgt) for d in out] == [6, 6]
+    translate_checked(tmp_path / "ctx", tmp_path / "raw/ted.en", 6)

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data
+from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data, translate_checked
 from docnmt.data import (ModeConfig, build_instances, dls_instances, dls_probabilities, dls_segments,
                          dls_temperature)
 from docnmt.train import Trainer
@@ -155,21 +155,11 @@ def test_sentence_count_constraint_allows_the_next_separator_and_ends_at_n():
 @pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
 @pytest.mark.parametrize("method", ["transformer", "gtransformer"])
 def test_sliding_decoding_translates_every_sentence_once(tmp_path, method):
-    from docnmt.readers import read_documents
-    from docnmt.translate import Translator
     data = tiny_data(tmp_path)
     over = {"data.max_instance_tokens": 120}
     if method == "gtransformer":
         over.update({"model.method": "gtransformer", "data.separator": "group", "model.combined_enc_self": 1,
                      "model.combined_dec_self": 1, "model.combined_cross": 1})
     Trainer(tiny_config("doc2doc", max_update=6).override(over), data, tmp_path / "m", progress_bar=False).train()
-    tr = Translator.load(tmp_path / "m", device="cpu")
-    docs = read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[:2]
-    for d in docs:
-        d.src = d.src[:14]
-    search = tr.cfg.decode.__class__(**{**vars(tr.cfg.decode), "beam": 2, "max_sentences": 8, "sliding": True})
-    out, report = tr.translate(docs, search)
+    _, _, _, report = translate_checked(tmp_path / "m", tmp_path / "raw/ted.en", 14, sliding=True)
     assert report.instances > 2 * 2                                  # several windows per document
-    assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
-    single, _ = tr.translate(docs, tr.cfg.decode.__class__(**{**vars(search), "max_sentences": 1}))
-    assert [d.tgt for d in single] == [d.tgt for d in out]

@@ -5,14 +5,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data
+from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data, translate_checked
 from docnmt.config import Config
 from docnmt.errors import ConfigError
 from docnmt.model import AttnSpec, ModelConfig, MultiheadAttention, Transformer, sinusoidal_table
 from docnmt.ptransformer import PositionAwarePolicy, build
-from docnmt.readers import read_documents
 from docnmt.train import Trainer
-from docnmt.translate import Translator
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
                   dropout=0.0, method="ptransformer", rel_max_distance=6)
@@ -108,12 +106,4 @@ def test_train_and_translate_documents(tmp_path):
     cfg = tiny_config("doc2doc", max_update=6).override({"model.method": "ptransformer",
                                                          "data.max_instance_tokens": 160})
     Trainer(cfg, data, tmp_path / "m", progress_bar=False).train()
-    tr = Translator.load(tmp_path / "m", device="cpu")
-    docs = read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[:2]
-    for d in docs:
-        d.src = d.src[:10]
-    search = tr.cfg.decode.__class__(**{**vars(tr.cfg.decode), "beam": 2, "max_sentences": 8})
-    out, report = tr.translate(docs, search)
-    assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
-    single, _ = tr.translate(docs, tr.cfg.decode.__class__(**{**vars(search), "max_sentences": 1}))
-    assert [d.tgt for d in single] == [d.tgt for d in out]
+    translate_checked(tmp_path / "m", tmp_path / "raw/ted.en", 10)
