@@ -283,11 +283,45 @@ def _group_spans(tags: Tensor, n_groups: int) -> tuple[Tensor, Tensor]:
     return start[:, 1:], size[:, 1:]
 
 
+GROUP_BUCKETS = 4   # size buckets of sentence blocks in attention_grouped
+
+
+def _attend_blocks(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float, out: Tensor,
+                   b_idx: Tensor, q_start: Tensor, q_size: Tensor, k_start: Tensor, k_size: Tensor) -> Tensor:
+    """Attention inside the given (row, group) blocks, padded to the longest of them; returns
+    ``out`` (B·nq, h, d) with the blocks' query rows filled in."""
+    B, h, nq, d = q.shape
+    nk = k.size(2)
+    lq, lk = int(q_size.max()), max(int(k_size.max()), 1)
+    q_pos = q_start[:, None] + torch.arange(lq, device=q.device)
+    k_pos = k_start[:, None] + torch.arange(lk, device=q.device)
+    q_real = torch.arange(lq, device=q.device) < q_size[:, None]
+    k_real = torch.arange(lk, device=q.device) < k_size[:, None]
+    q_flat = b_idx[:, None] * nq + q_pos.clamp(max=nq - 1)
+    k_flat = b_idx[:, None] * nk + k_pos.clamp(max=nk - 1)
+    qb = q.transpose(1, 2).reshape(B * nq, h, d)[q_flat].transpose(1, 2)      # (G, h, lq, d)
+    kb = k.transpose(1, 2).reshape(B * nk, h, d)[k_flat].transpose(1, 2)
+    vb = v.transpose(1, 2).reshape(B * nk, h, d)[k_flat].transpose(1, 2)
+    if spec.scale is not None:
+        scale = spec.scale.expand(B, -1, nq, 1).transpose(1, 2).reshape(B * nq, -1, 1)[q_flat]
+        qb = qb * scale.transpose(1, 2)
+    allowed = k_real
+    if spec.mask is not None:
+        allowed = allowed & ~spec.mask.expand(B, 1, 1, nk).reshape(B * nk)[k_flat]
+    allowed = allowed[:, None, None, :].expand(-1, 1, lq, lk)
+    if spec.is_causal:      # within a block, key j is visible to query i iff its position is not later
+        allowed = allowed & (k_pos[:, None, None, :] <= q_pos[:, None, :, None] + (nk - nq))
+    allowed = allowed | ~allowed.any(-1, keepdim=True)            # padding rows of a block: anything
+    ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=allowed, dropout_p=dropout)
+    return out.index_copy(0, q_flat[q_real], ob.transpose(1, 2)[q_real])
+
+
 def attention_grouped(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float = 0.0) -> Tensor:
     """Group attention computed block by block (SPEC §3.2), equal to the dense masked form.
 
-    Each (row, group) pair becomes one block holding that sentence's queries and keys, padded to
-    the longest sentence, so time and memory grow with Σ sentence² rather than document²; tag-0
+    Each (row, group) pair becomes one block holding that sentence's queries and keys; blocks
+    are sorted by size into a few buckets, each padded to its longest sentence, so time and
+    memory grow with Σ sentence² rather than document²; tag-0
     queries (the decoder's start token, pads) attend over everything the spec allows, computed
     densely for those few queries only. ``spec.mask`` may only restrict keys (padding)."""
     (q_tags, k_tags), B, h, nq, d = spec.groups, *q.shape
@@ -298,31 +332,13 @@ def attention_grouped(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: 
         q_start, q_size = _group_spans(q_tags, n_groups)
         k_start, k_size = _group_spans(k_tags, n_groups)
         b_idx, g_idx = (q_size > 0).nonzero(as_tuple=True)                    # the blocks
-        q_start, q_size = q_start[b_idx, g_idx], q_size[b_idx, g_idx]
-        k_start, k_size = k_start[b_idx, g_idx], k_size[b_idx, g_idx]
-        lq, lk = int(q_size.max()), max(int(k_size.max()), 1)
-        q_pos = q_start[:, None] + torch.arange(lq, device=q.device)
-        k_pos = k_start[:, None] + torch.arange(lk, device=q.device)
-        q_real = torch.arange(lq, device=q.device) < q_size[:, None]
-        k_real = torch.arange(lk, device=q.device) < k_size[:, None]
-        q_flat = b_idx[:, None] * nq + q_pos.clamp(max=nq - 1)
-        k_flat = b_idx[:, None] * nk + k_pos.clamp(max=nk - 1)
-        qb = q.transpose(1, 2).reshape(B * nq, h, d)[q_flat].transpose(1, 2)  # (G, h, lq, d)
-        kb = k.transpose(1, 2).reshape(B * nk, h, d)[k_flat].transpose(1, 2)
-        vb = v.transpose(1, 2).reshape(B * nk, h, d)[k_flat].transpose(1, 2)
-        if spec.scale is not None:
-            scale = spec.scale.expand(B, -1, nq, 1).transpose(1, 2).reshape(B * nq, -1, 1)[q_flat]
-            qb = qb * scale.transpose(1, 2)
-        allowed = k_real
-        if spec.mask is not None:
-            allowed = allowed & ~spec.mask.expand(B, 1, 1, nk).reshape(B * nk)[k_flat]
-        allowed = allowed[:, None, None, :].expand(-1, 1, lq, lk)
-        if spec.is_causal:      # within a block, key j is visible to query i iff its position is not later
-            allowed = allowed & (k_pos[:, None, None, :] <= q_pos[:, None, :, None] + (nk - nq))
-        allowed = allowed | ~allowed.any(-1, keepdim=True)        # padding rows of a block: anything
-        ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=allowed, dropout_p=dropout)
-        ob = ob.transpose(1, 2)[q_real]                                        # (cells, h, d)
-        out = out.reshape(B * nq, h, d).index_copy(0, q_flat[q_real], ob).view(B, nq, h, d)
+        blocks = (b_idx, q_start[b_idx, g_idx], q_size[b_idx, g_idx], k_start[b_idx, g_idx], k_size[b_idx, g_idx])
+        # blocks of similar size together: each bucket is padded only to its own longest sentence
+        order = torch.maximum(blocks[2], blocks[4]).argsort()
+        flat = out.reshape(B * nq, h, d)
+        for part in order.tensor_split(min(GROUP_BUCKETS, len(order))):
+            flat = _attend_blocks(q, k, v, spec, dropout, flat, *(x[part] for x in blocks))
+        out = flat.view(B, nq, h, d)
     open_q = q_tags.eq(0)
     if open_q.any():            # tag-0 queries (start token, pads): dense, but only for them
         count = open_q.sum(1)
