@@ -41,6 +41,9 @@ def resolve_prefix(prefix: str, src_lang: str, tgt_lang: str, fmt: str = "auto")
 
 
 def read_split(prefixes: list[str], src_lang: str, tgt_lang: str, fmt: str = "auto") -> list[Document]:
+    """The documents of one split. A sentence-level corpus (one sentence per line, no document
+    structure: ``meta["sentence_level"]``) becomes one single-sentence document per line, so
+    no instance ever joins its unrelated sentences ("+sent" data, PROTOCOL.md)."""
     docs: list[Document] = []
     for pref in prefixes:
         part = resolve_prefix(pref, src_lang, tgt_lang, fmt)
@@ -48,7 +51,11 @@ def read_split(prefixes: list[str], src_lang: str, tgt_lang: str, fmt: str = "au
             if d.tgt is None:
                 raise DataError("training and validation data need both sides", pref)
             d.docid = f"{Path(pref).name}/{d.docid}" if len(prefixes) > 1 else d.docid
-        docs.extend(part)
+            if d.meta.get("sentence_level"):
+                docs.extend(Document(f"{d.docid}:{i + 1}", [s], [t], {"sentence_level": True})
+                            for i, (s, t) in enumerate(zip(d.src, d.tgt)))
+            else:
+                docs.append(d)
     return docs
 
 

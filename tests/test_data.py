@@ -508,3 +508,16 @@ def test_word_dropout_masks_only_ordinary_words_and_is_seeded(tiny_corpus, tiny_
     again = word_dropout(batch, 0.3, tiny_vocab, (1, 2, 0, 7))
     other = word_dropout(batch, 0.3, tiny_vocab, (1, 3, 0, 7))
     assert torch.equal(again["src"], out["src"]) and not torch.equal(other["src"], out["src"])
+
+
+def test_prepare_splits_sentence_level_corpora_into_single_sentence_documents(ted_valid_prefix, tmp_path, shared_data):
+    """A plain sentence-per-line corpus (ende/sent/*) must not become one giant document whose
+    unrelated sentences Doc2Doc would join into instances."""
+    from docnmt.prepare import read_split
+    sent = shared_data / "ende/sent/tatoeba"
+    docs = read_split([str(ted_valid_prefix), str(sent)], "en", "de")
+    tatoeba = [d for d in docs if d.docid.startswith("tatoeba/")]
+    n_lines = len(Path(f"{sent}.en").read_text(encoding="utf-8").splitlines())
+    assert len(tatoeba) == n_lines and all(len(d.src) == len(d.tgt) == 1 for d in tatoeba)
+    assert tatoeba[0].docid.endswith(":1") and tatoeba[0].meta["sentence_level"]
+    assert sum(1 for d in docs if not d.docid.startswith("tatoeba/")) == 12          # TED: real documents
