@@ -40,6 +40,8 @@ TRAIN_FLAGS = {
     "--freeze-pretrained": ("train.freeze_pretrained", str,
                             "true: train only the parameters --init-from did not set (two-step training)"),
     "--context-input": ("data.context_input", int, "sent2sent: previous source sentences as a context input"),
+    "--context-self": ("data.context_self", str,
+                       "true: pairs of sentence-level corpora get their own source as context (step 2 mixing)"),
     "--word-dropout": ("train.word_dropout", float, "P(word -> <mask>) on source and decoder input"),
     "--word-dropout-epochs": ("train.word_dropout_epochs", int, "word dropout in epochs 1..N only (0 = all)"),
     "--seed": ("train.seed", int, "random seed"),

@@ -50,8 +50,12 @@ class Side:
 class Corpus:
     """An encoded document-level corpus (see module docstring). ``tgt`` may be ``None``."""
 
-    def __init__(self, src: Side, tgt: Side | None, doc_offsets: np.ndarray, docids: list[str]):
+    def __init__(self, src: Side, tgt: Side | None, doc_offsets: np.ndarray, docids: list[str],
+                 sentence_level: np.ndarray | None = None):
         self.src, self.tgt, self.doc_offsets, self.docids = src, tgt, doc_offsets, docids
+        # documents that come from a sentence-level corpus (single sentences, no real context)
+        self.sentence_level = (np.zeros(len(docids), dtype=bool) if sentence_level is None
+                               else np.asarray(sentence_level, dtype=bool))
 
     @property
     def n_docs(self) -> int:
@@ -81,7 +85,8 @@ class Corpus:
         doc_offsets = np.zeros(len(docs) + 1, dtype=np.int64)
         np.cumsum([len(d.src) for d in docs], out=doc_offsets[1:])
         tgt = Side.from_lists(encoded[1]) if len(encoded) > 1 else None
-        return cls(Side.from_lists(encoded[0]), tgt, doc_offsets, [d.docid for d in docs])
+        return cls(Side.from_lists(encoded[0]), tgt, doc_offsets, [d.docid for d in docs],
+                   np.asarray([bool(d.meta.get("sentence_level")) for d in docs], dtype=bool))
 
     # ---- persistence (memory-mapped) ---------------------------------------------------------
     def save(self, directory: str | Path, split: str) -> None:
@@ -92,6 +97,8 @@ class Corpus:
                 np.save(directory / f"{split}.{name}.offsets.npy", side.offsets)
         np.save(directory / f"{split}.docs.npy", self.doc_offsets)
         (directory / f"{split}.docids.json").write_text(json.dumps(self.docids))
+        if self.sentence_level.any():
+            np.save(directory / f"{split}.sentence_level.npy", self.sentence_level)
 
     @classmethod
     def load(cls, directory: str | Path, split: str) -> "Corpus":
@@ -105,7 +112,9 @@ class Corpus:
             return Side(np.load(directory / f"{split}.{name}.tokens.npy", mmap_mode="r"),
                         np.load(directory / f"{split}.{name}.offsets.npy"))
         docids = json.loads((directory / f"{split}.docids.json").read_text())
-        return cls(side("src"), side("tgt"), np.load(directory / f"{split}.docs.npy"), docids)
+        flags = directory / f"{split}.sentence_level.npy"
+        return cls(side("src"), side("tgt"), np.load(directory / f"{split}.docs.npy"), docids,
+                   np.load(flags) if flags.exists() else None)
 
 
 def _locate(docs: list[Document], k: int) -> tuple[int, int]:
@@ -200,6 +209,7 @@ class ModeConfig:
     separator: str = "index"         # index: <sepI> (PT) | uniform: <sep> | group: <s> x </s> (GT)
     mix_sentences: bool = False
     context_input: int = 0           # sent2sent: N previous source sentences as a separate context input (DT, §7.1)
+    context_self: bool = False       # ... and pairs of sentence-level corpora get their own source as context (C24)
     dls: bool = False                # doc2doc: dynamic length sampling of training segments (SPEC §2.5)
     dls_start_epoch: int = 20        # k of T = exp(epoch − k)
 
@@ -307,7 +317,7 @@ class Joiner:
         self.vocab, self.indexed = vocab, separator == "index"
         self.sep_ids = set(vocab.symbol_ids[s] for s in vocab.extra if s.startswith("<sep"))
         self.start, self.end = vocab.bos, vocab.eos
-        self.context_sents = 0
+        self.context_sents, self.context_self = 0, False
 
     def overhead(self, n_sents: np.ndarray, side: str) -> np.ndarray:
         """Tokens added to ``n_sents`` sentences on the source or in the decoder input."""
@@ -410,11 +420,12 @@ class GroupJoiner(Joiner):
         return out, ok
 
 
-def make_joiner(vocab: Vocab, separator: str, context_input: int = 0) -> Joiner:
+def make_joiner(vocab: Vocab, separator: str, context_input: int = 0, context_self: bool = False) -> Joiner:
     """The format a config names; ``context_input`` > 0 adds a context input of that many
-    previous source sentences to every batch (``ctx``)."""
+    previous source sentences to every batch (``ctx``); with ``context_self`` a pair from a
+    sentence-level corpus gets its own source sentence as context (SPEC C24)."""
     joiner = (GroupJoiner if separator == "group" else Joiner)(vocab, separator)
-    joiner.context_sents = context_input
+    joiner.context_sents, joiner.context_self = context_input, context_self
     return joiner
 
 
@@ -453,8 +464,12 @@ class InstanceSet:
         first one in the same document, concatenated, then ``</s>`` (just ``</s>`` at a
         document's start)."""
         a = int(self.rows[k, 0])
-        doc_start = int(self.corpus.doc_offsets[np.searchsorted(self.corpus.doc_offsets, a, side="right") - 1])
-        sents = [self.corpus.src[i] for i in range(max(doc_start, a - self.joiner.context_sents), a)]
+        doc = int(np.searchsorted(self.corpus.doc_offsets, a, side="right")) - 1
+        doc_start = int(self.corpus.doc_offsets[doc])
+        if self.joiner.context_self and self.corpus.sentence_level[doc]:
+            sents = [self.corpus.src[a]]                    # a sentence pair mixed into step 2 (C24)
+        else:
+            sents = [self.corpus.src[i] for i in range(max(doc_start, a - self.joiner.context_sents), a)]
         return np.concatenate([*sents, [self.joiner.vocab.eos]]).astype(np.int32)
 
     def collate(self, indices: list[int] | np.ndarray) -> dict:

@@ -177,7 +177,8 @@ class Trainer:
         self.device = torch.device(f"cuda:{self.dist.local_rank}" if torch.cuda.is_available() else "cpu")
         self.progress_bar = progress_bar and self.dist.main
         self.vocab = Vocab.load(self.data_dir)
-        self.joiner = make_joiner(self.vocab, cfg.data.separator, cfg.data.context_input)
+        self.joiner = make_joiner(self.vocab, cfg.data.separator, cfg.data.context_input,
+                                  cfg.data.context_self)
         self.train_corpus = Corpus.load(self.data_dir, "train")
         self.valid = None
         if (self.data_dir / "valid.docs.npy").exists():

@@ -69,7 +69,8 @@ class Translator:
     def __init__(self, model: Transformer, vocab: Vocab, cfg: Config, device: str | torch.device = "cpu"):
         self.model, self.vocab, self.cfg = model.eval().to(device), vocab, cfg
         self.device = torch.device(device)
-        self.joiner = make_joiner(vocab, cfg.data.separator, cfg.data.context_input)
+        self.joiner = make_joiner(vocab, cfg.data.separator, cfg.data.context_input,
+                                  cfg.data.context_self)
 
     @classmethod
     def load(cls, model_dir: str | Path, weights: str | Path | None = None, device: str | None = None) -> "Translator":

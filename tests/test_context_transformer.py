@@ -90,3 +90,23 @@ def test_two_step_training_changes_only_the_new_parameters(tmp_path):
             assert not torch.equal(after[n], before[n]), n                  # new: trained
     assert any("context_encoder" in n for n in before if n not in tr.pretrained)
     translate_checked(tmp_path / "ctx", tmp_path / "raw/ted.en", 6)
+
+
+def test_sentence_pairs_mixed_into_step_2_get_their_own_source_as_context(tiny_vocab, tmp_path):
+    """SPEC C24: pairs of a sentence-level corpus get the source sentence itself as context;
+    the flag survives saving the corpus."""
+    from docnmt.data import Corpus
+    from docnmt.document import Document
+    docs = [Document("ted", ["First sentence here.", "Second one."], ["Erster Satz.", "Zweiter."]),
+            Document("sent:1", ["A lonely sentence."], ["Ein einsamer Satz."], {"sentence_level": True})]
+    corpus = Corpus.encode(docs, tiny_vocab)
+    corpus.save(tmp_path, "train")
+    corpus = Corpus.load(tmp_path, "train")
+    assert corpus.sentence_level.tolist() == [False, True]
+    eos = tiny_vocab.eos
+    own = InstanceSet(corpus, sent_instances(corpus), make_joiner(tiny_vocab, "index", 2, context_self=True))
+    assert own.context(2).tolist() == corpus.src[2].tolist() + [eos]           # the sentence itself
+    assert own.context(0).tolist() == [eos]                                     # documents as before
+    assert own.context(1).tolist() == corpus.src[0].tolist() + [eos]
+    plain = InstanceSet(corpus, sent_instances(corpus), make_joiner(tiny_vocab, "index", 2))
+    assert plain.context(2).tolist() == [eos]
