@@ -73,8 +73,7 @@ class ContextTransformer(Transformer):
         if ctx is None:
             raise ConfigError("a context-encoder Transformer needs a context input (data.context_input > 0)")
         pad = ctx.eq(self.cfg.pad_id)
-        embed = self.encoder.embed
-        x = embed.table(ctx) * embed.scale + embed.positions(ctx.size(1)).to(embed.table.weight.dtype)
+        x = self.encoder.embed(ctx, dropout=False)        # the sentence model's embedding, no dropout
         state = State({"enc_self": AttnSpec(mask=pad[:, None, None, :])})
         return {"context": self.context_encoder(x, state), "context_pad": pad}
 

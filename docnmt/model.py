@@ -599,6 +599,19 @@ def sinusoidal_table(n: int, d: int, device=None) -> Tensor:
     return table
 
 
+class SinusoidalPositions(nn.Module):
+    """P[offset : offset + n] of the unscaled sinusoidal table, grown on demand."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.register_buffer("pe", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
+
+    def forward(self, n: int, offset: int = 0) -> Tensor:
+        if offset + n > self.pe.size(0):
+            self.pe = sinusoidal_table(2 * (offset + n), self.pe.size(1), self.pe.device)
+        return self.pe[offset: offset + n]
+
+
 class AttentionPolicy(nn.Module):
     """Builds the :class:`AttnSpec` of every attention kind from the token batches.
 
@@ -675,16 +688,11 @@ class Embedding(nn.Module):
         super().__init__()
         self.table, self.scale = table, math.sqrt(cfg.d_model)
         self.dropout = Dropout(cfg.dropout)
-        self.register_buffer("pe", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
+        self.positions = SinusoidalPositions(cfg)
 
-    def positions(self, n: int, offset: int = 0) -> Tensor:
-        if offset + n > self.pe.size(0):
-            self.pe = sinusoidal_table(2 * (offset + n), self.pe.size(1), self.pe.device)
-        return self.pe[offset: offset + n]
-
-    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, tokens: Tensor, offset: int = 0, dropout: bool = True) -> Tensor:
         x = self.table(tokens) * self.scale + self.positions(tokens.size(1), offset).to(self.table.weight.dtype)
-        return self.dropout(x)
+        return self.dropout(x) if dropout else x
 
 
 class Encoder(nn.Module):

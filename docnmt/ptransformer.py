@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import ConfigError
-from .model import AttentionPolicy, AttnSpec, ModelConfig, Transformer, sinusoidal_table
+from .model import AttentionPolicy, AttnSpec, ModelConfig, SinusoidalPositions, Transformer
 
 SHARING = ("all", "side", "layer")
 
@@ -50,13 +50,7 @@ class PositionAwarePolicy(AttentionPolicy):
         # "embed" in the name: Transformer.reset_parameters leaves it to this initialisation
         self.rel_embed = nn.Parameter(torch.randn(tables, 2 * cfg.rel_max_distance + 1, self.d_head)
                                       * self.d_head ** -0.5) if cfg.rel_positions else None
-        self.register_buffer("pe", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
-
-    # ---- absolute positions ----------------------------------------------------------------
-    def positions(self, n: int, offset: int = 0) -> Tensor:
-        if offset + n > self.pe.size(0):
-            self.pe = sinusoidal_table(2 * (offset + n), self.cfg.d_model, self.pe.device)
-        return self.pe[offset: offset + n]
+        self.positions = SinusoidalPositions(cfg)
 
     # ---- relative term ---------------------------------------------------------------------
     def table(self, name: str) -> Tensor:
@@ -96,23 +90,19 @@ class PositionAwarePolicy(AttentionPolicy):
 
     # ---- the specs -------------------------------------------------------------------------
     def encoder_specs(self, src: Tensor, src_pad: Tensor) -> dict[str, AttnSpec]:
-        p = self.positions(src.size(1)).to(self._dtype()) if self.cfg.pos_attn_enc_self else None
+        p = self.positions(src.size(1)) if self.cfg.pos_attn_enc_self else None
         return {"enc_self": AttnSpec(mask=src_pad[:, None, None, :], q_add=p, k_add=p,
                                      bias=self._relative(0, src.size(1)))}
 
     def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int,
                       incremental: bool) -> dict[str, AttnSpec]:
-        n_new, dtype = tgt.size(1) - offset, self._dtype()
-        p_t = self.positions(n_new, offset).to(dtype)
+        p_t = self.positions(tgt.size(1) - offset, offset)
         self_p = p_t if self.cfg.pos_attn_dec_self else None
         cross = self.cfg.pos_attn_cross
         return {"dec_self": AttnSpec(is_causal=True, q_add=self_p, k_add=self_p,
                                      bias=self._relative(offset, tgt.size(1))),
                 "cross": AttnSpec(mask=src_pad[:, None, None, :], q_add=p_t if cross else None,
-                                  k_add=self.positions(src.size(1)).to(dtype) if cross else None)}
-
-    def _dtype(self) -> torch.dtype:
-        return self.rel_embed.dtype if self.rel_embed is not None else self.pe.dtype
+                                  k_add=self.positions(src.size(1)) if cross else None)}
 
 
 def build(cfg: ModelConfig) -> Transformer:

@@ -219,9 +219,9 @@ class Trainer:
         (``self.pretrained``) form their own group at ``lr × pretrained_lr_scale`` (SPEC §3.4),
         or are frozen with ``freeze_pretrained`` (SPEC §7.4)."""
         tc = self.cfg.train
-        named = dict(self.model.named_parameters())
+        named, copied = dict(self.model.named_parameters()), set(self.pretrained)
         old = [named[n] for n in self.pretrained if n in named]
-        new = [p for n, p in named.items() if n not in set(self.pretrained)]
+        new = [p for n, p in named.items() if n not in copied]
         groups = [{"params": new, "lr": tc.lr}]
         if old and tc.freeze_pretrained:          # two-step training: only the new parameters learn
             for p in old:
@@ -239,7 +239,8 @@ class Trainer:
         path = Path(source)
         path = path / WEIGHTS if path.is_dir() else path
         self.pretrained = load_weights(self.model, path, strict=False)
-        fresh = [n for n, _ in self.model.named_parameters() if n not in set(self.pretrained)]
+        copied = set(self.pretrained)
+        fresh = [n for n, _ in self.model.named_parameters() if n not in copied]
         log.info("initialised %d parameters from %s; %d fresh: %s", len(self.pretrained), path, len(fresh),
                  ", ".join(fresh[:6]) + (" …" if len(fresh) > 6 else ""))
         self._build_optimizer()
