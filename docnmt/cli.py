@@ -1,4 +1,5 @@
-"""The ``docnmt`` command: prepare, train, translate, evaluate, average, quickstart, presets.
+"""The ``docnmt`` command: prepare, train, translate, evaluate, average, quickstart, presets, probe,
+score-contrastive, entropy, compare.
 
 Flags follow fairseq's vocabulary (``--max-tokens``, ``--update-freq``, ``--lenpen``,
 ``--max-len-a/b``, ``--patience``, ...). Errors in the user's input are printed as one line and
@@ -153,6 +154,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--src", help="source documents (for --by-length)")
     p.add_argument("--plot", help="--by-length: write the d-BLEU vs length plot here (PNG)")
 
+    p.add_argument("--tcp", metavar="PDC_DIR",
+                   help="also TCP (Zh-En discourse metric) against a PDC test directory with en.tok and en.candidates")
+    p.add_argument("--tcp-tokenized", action="store_true", help="--tcp: the hypothesis is already Moses-tokenised")
+    p.add_argument("--comet-model", help="also COMET with this local checkpoint (needs --src and unbabel-comet; "
+                                         "never downloads; skipped with a one-line note otherwise)")
+
+    p = sub.add_parser("score-contrastive", help="accuracy of a model on a contrastive test suite (pronouns, deixis, ...)")
+    p.add_argument("model", help="model directory")
+    p.add_argument("suite", help="suite file or directory: Voita et al. JSON, Bawden et al. JSON, SCAT directory, "
+                                 "or contrapro.json with its text/context files")
+    p.add_argument("--format", default="auto", choices=["auto", "voita", "bawden", "scat", "contrapro"])
+    p.add_argument("--split", default="valid", help="SCAT split (train | valid)")
+    p.add_argument("--max-context", type=int, help="at most this many context sentences (default: all the suite "
+                                                   "gives that fit the model's instance budget)")
+    p.add_argument("--no-detokenize", action="store_true", help="Voita et al.: keep the suite's Moses tokenisation")
+    p.add_argument("--langs", nargs=2, metavar=("SRC", "TGT"), help="languages of the suite (detokeniser, ContraPro files)")
+    p.add_argument("--scores", help="write per-example candidate scores here (JSONL)")
+    p.add_argument("--json", help="write the accuracy report here (JSON)")
+    p.add_argument("--plot", help="write accuracy by antecedent distance (or pronoun) here (PNG)")
+    p.add_argument("--batch-tokens", type=int, help="tokens per scoring batch")
+    p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
+    p.add_argument("--device", help="cpu | cuda")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("entropy", help="attention entropy per module (bits) of a model on parallel documents")
+    p.add_argument("model", help="model directory")
+    p.add_argument("--src", required=True, help="source documents")
+    p.add_argument("--ref", required=True, help="target documents")
+    p.add_argument("--format", default="auto", help="input format (as for translate)")
+    p.add_argument("--json", help="also write the result as JSON here")
+    p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
+    p.add_argument("--device", help="cpu | cuda")
+    p.add_argument("--quiet", "-q", action="store_true")
+
+    p = sub.add_parser("compare", help="one table (Markdown, CSV) of all metrics of several systems on the same test data")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="model directories or translation files, optionally NAME=PATH")
+    p.add_argument("--src", required=True, help="source documents of the test set")
+    p.add_argument("--ref", required=True, help="reference documents (marker or JSONL)")
+    p.add_argument("--format", default="auto", help="format of --src (as for translate)")
+    p.add_argument("--out", default="compare", help="directory for compare.md/.csv/.json, plots and cached translations")
+    p.add_argument("--baseline", help="system the others are tested against (default: the first)")
+    p.add_argument("--suite", action="append", default=[], help="also score model directories on this contrastive suite")
+    p.add_argument("--suite-format", default="auto", choices=["auto", "voita", "bawden", "scat", "contrapro"])
+    p.add_argument("--tcp", metavar="PDC_DIR", help="also TCP against this PDC test directory")
+    p.add_argument("--comet-model", help="also COMET with this local checkpoint")
+    p.add_argument("--bootstrap-samples", type=int, default=1000)
+    p.add_argument("--force", action="store_true", help="re-translate, and write into a non-compare --out")
+    p.add_argument("--quiet", "-q", action="store_true")
+
     p = sub.add_parser("probe", help="position probing of encoder layers (absolute, relative, word order)")
     p.add_argument("models", nargs="+", help="model directories (compared in the plots)")
     p.add_argument("--train", required=True, help="documents to train the probes on (source side is read)")
@@ -261,6 +311,7 @@ def cmd_probe(args) -> int:
 
 def cmd_evaluate(args) -> int:
     from .metrics import evaluate_documents, format_table, paired_bootstrap
+    from .readers import read_sentences
     hyp, ref = read_sentences(args.hyp, hypothesis=True), read_sentences(args.ref)
     if len(hyp) != len(ref):
         raise DocnmtError(f"{args.hyp} has {len(hyp)} documents, {args.ref} has {len(ref)}")
@@ -276,6 +327,12 @@ def cmd_evaluate(args) -> int:
                   f"95% CI [{b['ci95_b_minus_a'][0]:+.2f}, {b['ci95_b_minus_a'][1]:+.2f}]")
     if args.by_length:
         result["by_length"] = _by_length(args, hyp, ref)
+    if args.tcp:
+        from .tcp import format_tcp, tcp_documents
+        result["tcp"] = tcp_documents(hyp, args.tcp, tokenized=args.tcp_tokenized)
+        print(format_tcp(result["tcp"]))
+    if args.comet_model:
+        result["comet"] = _comet(args, hyp, ref)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0
@@ -283,6 +340,7 @@ def cmd_evaluate(args) -> int:
 
 def _by_length(args, hyp, ref) -> list[dict]:
     from .metrics import bleu_by_length, plot_by_length
+    from .readers import read_sentences
     src = read_sentences(args.src) if args.src else ref
     if len(src) != len(ref) or any(len(s) != len(r) for s, r in zip(src, ref)):
         raise DocnmtError(f"{args.src}: not the same documents and sentences as {args.ref}")
@@ -297,13 +355,74 @@ def _by_length(args, hyp, ref) -> list[dict]:
     return rows
 
 
-def read_sentences(path: str, hypothesis: bool = False) -> list[list[str]]:
-    """Documents as sentence lists: marker files, or JSONL written by `docnmt translate`."""
+def _comet(args, hyp, ref) -> dict | None:
+    from .comet import comet_score
+    from .readers import read_sentences
+    if not args.src:
+        print("COMET skipped: it needs the source documents (--src)")
+        return None
+    src = read_sentences(args.src)
+    keep = [i for i in range(len(ref)) if i < len(src) and len(src[i]) == len(hyp[i]) == len(ref[i])]
+    flat = lambda docs: [s for i in keep for s in docs[i]]  # noqa: E731
+    res = comet_score(args.comet_model, flat(src), flat(hyp), flat(ref))
+    if isinstance(res, str):
+        print(res)
+        return None
+    print(f"COMET {res['score']:.4f} ({len(res['scores'])} sentences, {res['model']})")
+    return res
+
+
+def cmd_score_contrastive(args) -> int:
+    from .contrastive import accuracy_report, format_report, plot_accuracy_by, score_examples, write_scores
+    from .suites import read_suite
+    from .translate import Translator
+    for path in (args.scores, args.json, args.plot):
+        if path and Path(path).exists():
+            raise DocnmtError(f"{path} exists; remove it or choose another file")
+    examples = read_suite(args.suite, args.format, split=args.split, detokenize=not args.no_detokenize,
+                          lang=tuple(args.langs) if args.langs else None)
+    if not examples:
+        raise DocnmtError(f"{args.suite}: no contrastive examples")
+    translator = Translator.load(args.model, args.checkpoint, args.device)
+    scores = score_examples(translator, examples, args.max_context, progress=not args.quiet,
+                            max_tokens=args.batch_tokens)
+    report = accuracy_report(examples, scores)
+    print(format_report(report, Path(args.suite).name))
+    if args.scores:
+        write_scores(args.scores, examples, scores)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    if args.plot:
+        key = next((k for k in ("distance", "pronoun", "type", "phenomenon") if k in report["by"]), None)
+        if key:
+            plot_accuracy_by({Path(args.model).name: report}, key, args.plot)
+    return 0
+
+
+def cmd_entropy(args) -> int:
     from .readers import read_documents
-    if path.endswith(".jsonl"):
-        docs = read_documents(path, fmt="jsonl", allow_empty=hypothesis)
-        return [d.tgt if d.tgt is not None else d.src for d in docs]
-    return [d.src for d in read_documents(path, fmt="marker", allow_empty=hypothesis)]
+    from .scoring import attention_entropy
+    from .translate import Translator
+    docs = read_documents(args.src, args.ref, fmt=args.format)
+    translator = Translator.load(args.model, args.checkpoint, args.device)
+    res = attention_entropy(translator, docs, progress=not args.quiet)
+    print(f"{res['instances']} instances, teacher-forced NLL {res['nll_bits_per_token']:.3f} bits/token")
+    print(f"{'module':<22}{'entropy (bits)':>15}")
+    for k, v in res["entropy_bits"].items():
+        print(f"{k:<22}{v:15.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from .compare import compare
+    compare(args.runs, args.src, args.ref, args.out, baseline=args.baseline, fmt=args.format, suites=args.suite,
+            suite_format=args.suite_format, tcp_dir=args.tcp, comet_model=args.comet_model,
+            samples=args.bootstrap_samples, force=args.force, log=lambda m: print(m, file=sys.stderr),
+            progress=not args.quiet)
+    print((Path(args.out) / "compare.md").read_text())
+    return 0
 
 
 def cmd_average(args) -> int:
@@ -333,7 +452,8 @@ def cmd_presets(args) -> int:
 
 
 VERBS = {"prepare": cmd_prepare, "train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate,
-         "average": cmd_average, "quickstart": cmd_quickstart, "presets": cmd_presets, "probe": cmd_probe}
+         "average": cmd_average, "quickstart": cmd_quickstart, "presets": cmd_presets, "probe": cmd_probe,
+         "score-contrastive": cmd_score_contrastive, "entropy": cmd_entropy, "compare": cmd_compare}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -116,21 +116,24 @@ def bleu_by_length(hyp_docs: Docs, ref_docs: Docs, lengths: Sequence[int],
     return rows
 
 
-def plot_by_length(rows: list[dict], path, title: str = "") -> None:
-    """d-BLEU against mean document length per bucket, as a PNG."""
+def plot_by_length(rows: list[dict] | dict[str, list[dict]], path, title: str = "") -> None:
+    """d-BLEU against mean document length per bucket, as a PNG: one system's rows (cased and
+    lowercased curves) or ``{system: rows}`` (one cased curve per system)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 4))
-    x = [r["mean_length"] for r in rows]
-    ax.plot(x, [r["d_bleu"] for r in rows], "o-", label="d-BLEU (cased)")
-    ax.plot(x, [r["d_bleu_lc"] for r in rows], "s--", label="d-BLEU (lowercased)")
-    for r in rows:
+    series = rows if isinstance(rows, dict) else {"d-BLEU (cased)": rows}
+    for name, rs in series.items():
+        ax.plot([r["mean_length"] for r in rs], [r["d_bleu"] for r in rs], "o-", label=name)
+    if not isinstance(rows, dict):
+        ax.plot([r["mean_length"] for r in rows], [r["d_bleu_lc"] for r in rows], "s--", label="d-BLEU (lowercased)")
+    for r in next(iter(series.values()), []):
         ax.annotate(str(r["n_docs"]), (r["mean_length"], r["d_bleu"]), textcoords="offset points", xytext=(0, 5),
                     fontsize=7, ha="center")
     ax.set_xscale("log"); ax.set_xlabel("document length (source words; label: documents)")
     ax.set_ylabel("d-BLEU"); ax.set_title(title or "quality vs document length"); ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -529,3 +529,11 @@ def write_jsonl(docs: Iterable[Document], path_or_file) -> None:
             if doc.meta:
                 obj["meta"] = doc.meta
             fh.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+
+
+def read_sentences(path: str, hypothesis: bool = False) -> list[list[str]]:
+    """Documents as sentence lists: marker files, or JSONL written by `docnmt translate`."""
+    if path.endswith(".jsonl"):
+        docs = read_documents(path, fmt="jsonl", allow_empty=hypothesis)
+        return [d.tgt if d.tgt is not None else d.src for d in docs]
+    return [d.src for d in read_documents(path, fmt="marker", allow_empty=hypothesis)]

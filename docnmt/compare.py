@@ -1,0 +1,184 @@
+"""``docnmt compare``: one table of every metric of several systems on the same test data.
+
+A system is a model directory (translated here, the translation cached under ``OUT/hyps``) or a
+translation file (marker or JSONL), optionally named ``NAME=PATH``. For each: s-/d-BLEU and chrF
+(cased), paired bootstrap of s- and d-BLEU against the baseline (the first system unless named),
+TCP and COMET when asked, and the accuracy on each contrastive suite (model directories only).
+Writes ``compare.md``, ``compare.csv``, ``compare.json`` and the plots ``dbleu_by_length.png`` and
+``<suite>_by_<key>.png`` (accuracy per antecedent distance, pronoun, ...).
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .errors import DocnmtError
+
+
+@dataclass
+class System:
+    name: str
+    path: Path
+    hyp: list[list[str]] | None = None
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def is_model(self) -> bool:
+        return (self.path / "config.yaml").exists()
+
+
+def parse_systems(runs: list[str]) -> list[System]:
+    systems = []
+    for run in runs:
+        name, sep, path = run.partition("=")
+        path = Path(path if sep else run)
+        if not path.exists():
+            raise DocnmtError(f"{path}: no such model directory or translation file")
+        systems.append(System(name if sep else (path.name if path.is_dir() else path.stem), path))
+    names = [s.name for s in systems]
+    if len(set(names)) != len(names):
+        raise DocnmtError(f"two systems have the same name ({', '.join(names)}); name them NAME=PATH")
+    return systems
+
+
+def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: str | None = None,
+            fmt: str = "auto", suites: list[str] = (), suite_format: str = "auto", tcp_dir: str | None = None,
+            comet_model: str | None = None, samples: int = 1000, force: bool = False,
+            log: Callable[[str], None] = print, progress: bool = True) -> dict:
+    from .metrics import bleu_by_length, evaluate_documents, paired_bootstrap, plot_by_length
+    from .readers import read_documents, read_sentences, write_marker
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not force and not (out / "compare.json").exists():
+        raise DocnmtError(f"{out} exists and is not a compare directory; pass --force or choose another --out")
+    (out / "hyps").mkdir(parents=True, exist_ok=True)
+    systems = parse_systems(runs)
+    src_docs = read_documents(src, fmt=fmt)
+    refs = read_sentences(ref)
+    if len(src_docs) != len(refs) or any(len(d.src) != len(r) for d, r in zip(src_docs, refs)):
+        raise DocnmtError(f"{src} and {ref} do not have the same documents and sentences")
+    base = next((s for s in systems if s.name == baseline), None) if baseline else systems[0]
+    if base is None:
+        raise DocnmtError(f"no system named {baseline!r} (systems: {', '.join(s.name for s in systems)})")
+    lengths = [sum(len(s.split()) for s in d.src) for d in src_docs]
+    examples = {Path(p).stem if Path(p).is_file() else Path(p).name: p for p in suites}
+    loaded_suites: dict = {}
+    for sysm in systems:
+        sysm.hyp = _hypothesis(sysm, src_docs, out, force, log, progress, write_marker, read_sentences)
+        if len(sysm.hyp) != len(refs):
+            raise DocnmtError(f"{sysm.path}: {len(sysm.hyp)} documents, the reference has {len(refs)}")
+        m = evaluate_documents(sysm.hyp, refs, lowercase_too=False)
+        sysm.metrics = {k: (v["score"] if isinstance(v, dict) else v) for k, v in m.items()
+                        if k.startswith(("s_", "d_")) and k != "n_sents_scored"}
+        sysm.metrics["signature"] = m["d_bleu"]["signature"]
+        sysm.metrics["by_length"] = bleu_by_length(sysm.hyp, refs, lengths)
+        if tcp_dir:
+            from .tcp import tcp_documents
+            sysm.metrics["tcp"] = tcp_documents(sysm.hyp, tcp_dir)
+        if comet_model:
+            sysm.metrics["comet"] = _comet(comet_model, src_docs, sysm.hyp, refs, log)
+        if examples and sysm.is_model:
+            sysm.metrics["suites"] = _suites(sysm, examples, loaded_suites, suite_format, out, progress, log)
+    for sysm in systems:
+        if sysm is not base:
+            sysm.metrics["bootstrap"] = {
+                lvl: paired_bootstrap(base.hyp, sysm.hyp, refs, level=lvl, n_samples=samples)
+                for lvl in ("s", "d") if lvl == "d" or (sysm.metrics.get("s_bleu") is not None
+                                                        and base.metrics.get("s_bleu") is not None)}
+    result = {"src": str(src), "ref": str(ref), "baseline": base.name,
+              "systems": {s.name: {"path": str(s.path), **s.metrics} for s in systems}}
+    (out / "compare.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    header, rows = table(result)
+    (out / "compare.md").write_text(markdown(header, rows, result))
+    with open(out / "compare.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([header, *rows])
+    plot_by_length({s.name: s.metrics["by_length"] for s in systems}, out / "dbleu_by_length.png",
+                   title="d-BLEU vs document length")
+    from .contrastive import plot_accuracy_by
+    for suite in examples:
+        reports = {s.name: s.metrics["suites"][suite] for s in systems if suite in s.metrics.get("suites", {})}
+        for key in ("distance", "pronoun", "phenomenon", "type"):
+            plot_accuracy_by(reports, key, out / f"{suite}_by_{key}.png", title=f"{suite}: accuracy by {key}")
+    return result
+
+
+def _hypothesis(sysm: System, src_docs, out: Path, force: bool, log, progress, write_marker, read_sentences):
+    if not sysm.is_model:
+        if sysm.path.is_dir():
+            raise DocnmtError(f"{sysm.path}: a directory without config.yaml is not a docnmt model")
+        return read_sentences(str(sysm.path), hypothesis=True)
+    cached = out / "hyps" / f"{sysm.name}.txt"
+    if cached.exists() and not force:
+        log(f"{sysm.name}: reusing the translation in {cached}")
+        return read_sentences(str(cached), hypothesis=True)
+    from .translate import Translator
+    translator = Translator.load(sysm.path)
+    docs, report = translator.translate(src_docs, progress=progress)
+    log(f"{sysm.name}: {report.summary()}")
+    write_marker(docs, cached, side="tgt", allow_empty=True)
+    return [d.tgt for d in docs]
+
+
+def _comet(model: str, src_docs, hyp, refs, log) -> dict | None:
+    from .comet import comet_score
+    keep = [i for i, (d, h, r) in enumerate(zip(src_docs, hyp, refs)) if len(d.src) == len(h) == len(r)]
+    flat = lambda docs: [s for i in keep for s in docs[i]]  # noqa: E731
+    res = comet_score(model, flat([d.src for d in src_docs]), flat(hyp), flat(refs))
+    if isinstance(res, str):
+        log(res)
+        return None
+    return {"score": res["score"], "model": res["model"]}
+
+
+def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, out: Path, progress, log) -> dict:
+    from .contrastive import accuracy_report, format_report, score_examples, write_scores
+    from .suites import read_suite
+    from .translate import Translator
+    translator = Translator.load(sysm.path)
+    res = {}
+    for name, path in examples.items():
+        if name not in loaded:
+            loaded[name] = read_suite(path, fmt)
+        scores = score_examples(translator, loaded[name], progress=progress)
+        write_scores(out / "hyps" / f"{sysm.name}.{name}.scores.jsonl", loaded[name], scores)
+        res[name] = accuracy_report(loaded[name], scores)
+        log(format_report(res[name], f"{sysm.name} on {name}"))
+    return res
+
+
+def table(result: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows (strings) of the comparison table."""
+    systems = result["systems"]
+    suites = sorted({k for s in systems.values() for k in s.get("suites", {})})
+    has = lambda key: any(s.get(key) for s in systems.values())  # noqa: E731
+    header = ["system", "s-BLEU", "d-BLEU", "s-chrF", "d-chrF", "Δs-BLEU (p)", "Δd-BLEU (p)"]
+    header += ["TC", "CP", "PT", "TCP"] if has("tcp") else []
+    header += ["COMET"] if has("comet") else []
+    header += [f"{s} acc." for s in suites]
+    rows = []
+    for name, s in systems.items():
+        num = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        boot = s.get("bootstrap", {})
+        delta = lambda lvl: (f"{boot[lvl]['delta']:+.2f} ({boot[lvl]['p_value']:.3f})"  # noqa: E731
+                             if lvl in boot else ("baseline" if name == result["baseline"] else "-"))
+        row = [name, num(s.get("s_bleu")), num(s.get("d_bleu")), num(s.get("s_chrf")), num(s.get("d_chrf")),
+               delta("s"), delta("d")]
+        if has("tcp"):
+            row += [f"{s['tcp'][k]['score']:.1f}" for k in ("TC", "CP", "PT")] + [f"{s['tcp']['TCP']:.1f}"]
+        if has("comet"):
+            row.append(f"{s['comet']['score']:.4f}" if s.get("comet") else "-")
+        row += [f"{100 * s['suites'][k]['accuracy']:.2f}" if k in s.get("suites", {}) else "-" for k in suites]
+        rows.append(row)
+    return header, rows
+
+
+def markdown(header: list[str], rows: list[list[str]], result: dict) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    sig = next(iter(result["systems"].values())).get("signature", "")
+    lines += ["", f"Reference: `{result['ref']}`; source: `{result['src']}`. Baseline of the paired bootstrap "
+              f"(Δ = system − baseline, one-sided p): **{result['baseline']}**. BLEU: `{sig}`. "
+              "Suite accuracy counts ties as errors."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,122 @@
+"""Teacher-forced passes of a trained model over given translations: the log-probability of a
+sentence in its context (contrastive test suites, SPEC §8.4) and the attention entropy per module
+(SPEC §8.5) of any model on any parallel documents.
+
+Both build the model's input exactly as translation does for the model's mode (the same
+:class:`~docnmt.data.Joiner`, instance rows and context input), so a Doc2Sent model sees its K
+previous source sentences, a context-encoder model its context input, and a Doc2Doc / G- / P-
+Transformer model the context sentences on both sides with the target context forced, as
+decoding with a forced prefix would.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .data import Corpus, InstanceSet, build_instances, model_inputs, token_batches
+from .document import Document
+from .errors import DataError
+from .model import AttentionProbe
+
+
+def last_sentence_rows(translator, corpus: Corpus, max_context: int | None = None) -> np.ndarray:
+    """One instance per document whose target ends with the document's last sentence, built
+    as the model's mode builds it: Sent2Sent ``(n, n+1, n)``; Doc2Sent with its K previous
+    source sentences; document modes with as many previous sentences (at most ``max_context``)
+    as fit the instance budget and the model's positions, on both sides."""
+    data, max_pos = translator.cfg.data, translator.cfg.model.max_positions
+    last = corpus.doc_offsets[1:] - 1
+    first = corpus.doc_offsets[:-1]
+    if max_context is not None:
+        first = np.maximum(first, last - max_context)
+    if data.mode == "sent2sent":
+        return np.stack([last, last + 1, last], 1)
+    if data.mode == "doc2sent":
+        return np.stack([np.maximum(first, last - data.context), last + 1, last], 1)
+    budget = data.max_instance_tokens if data.max_instance_tokens > 0 else max_pos
+    budget = min(budget, max_pos)
+    rows = []
+    for a0, n in zip(first.tolist(), last.tolist()):
+        a = n
+        while a > a0 and _fits(translator, corpus, a - 1, n + 1, budget):
+            a -= 1
+        rows.append((a, n + 1, a))
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def _fits(translator, corpus: Corpus, a: int, b: int, budget: int) -> bool:
+    iset = InstanceSet(corpus, np.asarray([[a, b, a]], dtype=np.int64), translator.joiner)
+    return int(max(iset.src_lens[0], iset.tgt_lens[0])) <= budget
+
+
+@torch.no_grad()
+def teacher_forced(translator, corpus: Corpus, rows: np.ndarray, *, max_tokens: int | None = None,
+                   progress: bool = False, desc: str = "score", probe: bool = False) -> Iterable:
+    """Yield ``(indices, batch, token_logprobs, probe)`` for batches of ``rows``:
+    ``token_logprobs[i, t]`` is log p(labels[i, t]) (0 at pads), with the probe recording the
+    attention entropy when ``probe``."""
+    model, device = translator.model, translator.device
+    iset = InstanceSet(corpus, rows, translator.joiner)
+    batches = token_batches(iset.src_lens, iset.tgt_lens, max_tokens or translator.cfg.decode.max_tokens,
+                            shuffle=False)
+    pad = translator.vocab.pad
+    with tqdm(total=len(rows), desc=desc, unit="inst", disable=not progress, leave=False) as bar:
+        for idx in batches:
+            batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in iset.collate(idx).items()}
+            with (AttentionProbe() if probe else _Null()) as p:
+                logits = model(batch["src"], batch["tgt_in"], **model_inputs(batch))
+            lp = torch.log_softmax(logits.float(), -1).gather(-1, batch["labels"][..., None]).squeeze(-1)
+            yield idx, batch, lp.masked_fill(batch["labels"].eq(pad), 0.0), p
+            bar.update(len(idx))
+
+
+class _Null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return None
+
+
+def sentence_logprobs(translator, docs: list[Document], max_context: int | None = None,
+                      progress: bool = False, max_tokens: int | None = None) -> np.ndarray:
+    """Σ log p over the target tokens of each document's **last** sentence (with its separator
+    or end token), teacher-forced after the document's earlier target sentences where the
+    model's mode has target context (SPEC §8.4). The earlier sentences are the context."""
+    if any(d.tgt is None or len(d.tgt) != len(d.src) or not d.src for d in docs):
+        raise DataError("every scored document needs as many target as source sentences, at least one")
+    corpus = Corpus.encode(docs, translator.vocab, max_sentence_tokens=translator.cfg.model.max_positions - 2,
+                           origin="contrastive examples")
+    rows = last_sentence_rows(translator, corpus, max_context)
+    # labels before this offset predict the forced target context (the decoding prefix)
+    skip = np.asarray([len(translator.joiner.prefix([corpus.tgt[i] for i in range(t, b - 1)]))
+                       for _, b, t in rows.tolist()])
+    out = np.zeros(len(rows))
+    for idx, _, lp, _ in teacher_forced(translator, corpus, rows, max_tokens=max_tokens, progress=progress):
+        keep = torch.arange(lp.size(1), device=lp.device)[None, :] >= torch.as_tensor(skip[idx], device=lp.device)[:, None]
+        out[idx] = (lp * keep).sum(1).double().cpu().numpy()
+    return out
+
+
+def attention_entropy(translator, docs: list[Document], progress: bool = False,
+                      max_tokens: int | None = None) -> dict:
+    """Attention entropy in bits per module kind (SPEC §8.5: head-averaged weights, mean over
+    the real queries of an instance, mean over layers and instances) of the model on parallel
+    documents, cut into instances as at test time; also the teacher-forced NLL in bits/token."""
+    from .train import EntropyMeter
+    if any(d.tgt is None for d in docs):
+        raise DataError("attention entropy needs parallel documents (source and target)")
+    corpus = Corpus.encode(docs, translator.vocab, max_sentence_tokens=translator.cfg.model.max_positions - 2)
+    rows = build_instances(corpus, translator.cfg.data, training=False)
+    meter, nll, ntok = EntropyMeter(), 0.0, 0
+    for _, batch, lp, probe in teacher_forced(translator, corpus, rows, max_tokens=max_tokens, progress=progress,
+                                              desc="entropy", probe=True):
+        meter.add(probe, batch, translator.vocab.pad)
+        nll -= float(lp.sum())
+        ntok += batch["ntokens"]
+    return {"instances": len(rows), "nll_bits_per_token": nll / max(ntok, 1) / math.log(2),
+            "entropy_bits": meter.result()}

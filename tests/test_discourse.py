@@ -1,0 +1,382 @@
+"""Discourse evaluation (SPEC §8.4, §8.5, §8.7): suite readers on the real files, contrastive
+scoring against an incremental-decoding reference, ties, TCP, COMET's skip paths, the entropy
+and compare commands."""
+import json
+import random
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from _tiny import SHARED, tiny_config, tiny_data
+from docnmt.contrastive import accuracy_report, decisions, example_documents, score_examples
+from docnmt.document import Document
+from docnmt.readers import read_documents
+from docnmt.scoring import last_sentence_rows, sentence_logprobs
+from docnmt.suites import (Candidate, ContrastiveExample, read_suite, split_sentences, swap_pronoun)
+from docnmt.tcp import hit, read_labels, tcp, tcp_documents
+from docnmt.train import Trainer
+from docnmt.translate import Translator
+
+needs_data = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+VOITA = SHARED / "enru/suites/voita2019/consistency_testsets"
+BAWDEN = SHARED / "enfr/suites/bawden2018_discourse_test_sets_enfr/test-sets"
+SCAT = SHARED / "enfr/suites/scat_yin2021_enfr"
+PDC = SHARED / "zhen/pdc/testsets"
+
+
+# ---- suite readers on the real files --------------------------------------------------------
+
+@needs_data
+def test_voita_deixis_reader():
+    ex = read_suite(VOITA / "deixis_test.json")
+    assert len(ex) == 2500
+    assert all(len(e.src_context) == 3 and len(e.candidates) == 2 and e.correct == 0 for e in ex)
+    assert ex[0].src == "You've never been caught."                   # detokenised ("You 've")
+    assert ex[0].candidates[0].tgt == "Тебя не ловили." and ex[0].candidates[1].tgt == "Вас не ловили."
+    assert {e.meta["distance"] for e in ex} == {1, 2, 3}
+    raw = read_suite(VOITA / "deixis_test.json", detokenize=False)
+    assert raw[0].src == "You 've never been caught ."
+
+
+@needs_data
+def test_voita_lexical_cohesion_keeps_true_ind():
+    ex = read_suite(VOITA / "lex_cohesion_test.json")
+    data = json.loads((VOITA / "lex_cohesion_test.json").read_text())
+    assert [e.correct for e in ex] == [d["true_ind"] for d in data]
+    assert max(len(e.candidates) for e in ex) == 5
+
+
+@needs_data
+@pytest.mark.parametrize("name,flat", [("anaphora", "anaphora"), ("lexical-choice", "lexical_choice")])
+def test_bawden_reader_matches_the_flat_files(name, flat):
+    """The JSON pairs, flattened (correct then incorrect), are the suite's own text files."""
+    ex = read_suite(BAWDEN / f"{name}.json")
+    assert len(ex) == 200
+    lines = lambda ext: (BAWDEN / f"{flat}.{ext}").read_text().splitlines()  # noqa: E731
+    assert [c.tgt for e in ex for c in e.candidates] == lines("current.fr")
+    assert [c.tgt_context[0] for e in ex for c in e.candidates] == lines("prev.fr")
+    assert [e.src for e in ex for _ in e.candidates] == lines("current.en")
+    assert [e.src_context[0] for e in ex for _ in e.candidates] == lines("prev.en")
+    if name == "anaphora":
+        assert {e.meta["type"] for e in ex} == {"m.sg", "f.sg", "m.pl", "f.pl"}
+
+
+@needs_data
+def test_scat_reader_swaps_the_marked_pronoun():
+    ex = read_suite(SCAT)                                   # valid split
+    assert len(ex) == 145
+    for e in ex:
+        good, bad = (c.tgt for c in e.candidates)
+        assert "<" not in good + bad + e.src + "".join(e.src_context + e.candidates[0].tgt_context)
+        assert good != bad and len(e.src_context) == len(e.candidates[0].tgt_context)
+    assert ex[0].candidates[0].tgt.startswith("Elles ") and ex[0].candidates[1].tgt.startswith("Ils ")
+    assert swap_pronoun("Je sais qu'<p>il</p> vient.") == "Je sais qu'<p>elle</p> vient."
+    assert swap_pronoun("<p>Elles</p> sont là.") == "<p>Ils</p> sont là."
+    assert swap_pronoun("<p>on</p> y va") is None
+    assert split_sentences("Okay. I need a volunteer! How? «Yes.»") == ["Okay.", "I need a volunteer!", "How?", "«Yes.»"]
+
+
+def test_contrapro_reader(tmp_path):
+    """The layout ContraPro's json2text_and_context.pl writes (here --context 2): one text line
+    per candidate, N context lines per candidate, empty before a document's start."""
+    items = [{"document id": "a.de", "segment id": 1, "src pronoun": "it", "ref pronoun": "Sie",
+              "ante distance": 0, "intrasegmental": True, "errors": [{"contrastive": "Er fehlt."}, {"contrastive": "Es fehlt."}]},
+             {"document id": "a.de", "segment id": 9, "src pronoun": "it", "ref pronoun": "er",
+              "ante distance": 5, "intrasegmental": False, "errors": [{"contrastive": "Sie ist da."}]}]
+    (tmp_path / "contrapro.json").write_text(json.dumps(items))
+    (tmp_path / "contrapro.text.en").write_text("It is missing.\n" * 3 + "It is there.\n" * 2)
+    (tmp_path / "contrapro.text.de").write_text("Sie fehlt.\nEr fehlt.\nEs fehlt.\nEr ist da.\nSie ist da.\n")
+    (tmp_path / "contrapro.context.en").write_text("\nThe bag?\n" * 3 + "Where?\nThe dog.\n" * 2)
+    (tmp_path / "contrapro.context.de").write_text("\nDie Tasche?\n" * 3 + "Wo?\nDer Hund.\n" * 2)
+    ex = read_suite(tmp_path)
+    assert len(ex) == 2 and [len(e.candidates) for e in ex] == [3, 2]
+    assert ex[0].src_context == ["The bag?"] and ex[0].candidates[2].tgt_context == ["Die Tasche?"]
+    assert ex[1].src_context == ["Where?", "The dog."] and ex[1].candidates[1].tgt == "Sie ist da."
+    assert ex[0].meta["pronoun"] == "sie" and ex[0].meta["phenomenon"] == "it:sie"
+    assert ex[1].meta["distance"] == ">3"
+    (tmp_path / "contrapro.context.de").write_text("x\n" * 7)
+    with pytest.raises(Exception, match="context files"):
+        read_suite(tmp_path)
+
+
+def test_suite_errors_are_one_line(tmp_path, cli_error):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[{\"src\": 1}")
+    assert "invalid JSON" in cli_error("score-contrastive", tmp_path, bad)
+    bad.write_text(json.dumps([{"src": "a _eos b", "dst": ["x"], "true_ind": 0}]))
+    assert "different sentence counts" in cli_error("score-contrastive", tmp_path, bad, "--no-detokenize")
+    assert "no such test suite" in cli_error("score-contrastive", tmp_path, tmp_path / "nope.json")
+    (tmp_path / "contrapro.json").write_text("[]")
+    assert "contrapro.text.en" in cli_error("score-contrastive", tmp_path, tmp_path / "contrapro.json")
+
+
+# ---- decisions and ties ---------------------------------------------------------------------
+
+def test_ties_count_as_errors_and_the_lenient_count_accepts_them():
+    strict, lenient = decisions([[-1.0, -2.0], [-3.0, -3.0], [-5.0, -4.0], [-1.0, -1.0, -0.5]], [0, 0, 0, 1])
+    assert strict.tolist() == [True, False, False, False]
+    assert lenient.tolist() == [True, True, False, False]
+    ex = [ContrastiveExample("s", [], [Candidate("a"), Candidate("b")], 0, {"distance": d, "pronoun": p})
+          for d, p in [(1, "er"), (1, "sie"), (4, "er")]]
+    rep = accuracy_report(ex, [[-1.0, -2.0], [-2.0, -2.0], [-3.0, -1.0]])
+    assert rep["correct"] == 1 and rep["ties"] == 1
+    assert rep["accuracy"] == pytest.approx(1 / 3) and rep["accuracy_lenient"] == pytest.approx(2 / 3)
+    assert rep["by"]["distance"] == {"1": {"examples": 2, "correct": 1, "accuracy": 0.5},
+                                     "4": {"examples": 1, "correct": 0, "accuracy": 0.0}}
+    assert rep["by"]["pronoun"]["er"]["examples"] == 2
+
+
+# ---- scoring with tiny models ---------------------------------------------------------------
+
+MODELS = {
+    "doc2doc": ("doc2doc", {}),
+    "gtransformer": ("doc2doc", {"model.method": "gtransformer", "data.separator": "group",
+                                 "model.combined_enc_self": 1, "model.combined_dec_self": 1, "model.combined_cross": 1}),
+    "doc2sent": ("doc2sent", {"data.context": 2}),
+    "context": ("sent2sent", {"model.method": "context_transformer", "data.context_input": 2}),
+}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    if not SHARED.exists():
+        pytest.skip("needs ../shared/data")
+    tmp = tmp_path_factory.mktemp("discourse")
+    data = tiny_data(tmp)
+    for name, (mode, over) in MODELS.items():
+        steps = 150 if name == "doc2doc" else 6
+        Trainer(tiny_config(mode, max_update=steps).override(over), data, tmp / name, progress_bar=False).train()
+    return tmp
+
+
+def incremental_score(tr: Translator, doc: Document) -> float:
+    """Reference: feed the whole teacher-forced decoder input token by token through the
+    incremental decoder and sum log p of the labels after the forced target context."""
+    vocab, joiner, model = tr.vocab, tr.joiner, tr.model
+    enc = lambda texts, side: [np.asarray(vocab.encode(t, side), dtype=np.int32) for t in texts]  # noqa: E731
+    src_sents, tgt_sents = enc(doc.src, "src"), enc(doc.tgt, "tgt")
+    sentence_level = not tr.cfg.data.is_document_level
+    if tr.cfg.data.mode == "doc2sent":
+        src_sents = src_sents[-1 - tr.cfg.data.context:]
+    elif sentence_level:
+        src_sents = src_sents[-1:]
+    inputs = {}
+    if joiner.context_sents:
+        previous = enc(doc.src, "src")[:-1][-joiner.context_sents:]
+        ctx = np.concatenate([*previous, [vocab.eos]])
+        inputs["ctx"] = torch.as_tensor(ctx, dtype=torch.long)[None]
+    targets = tgt_sents[-1:] if sentence_level else tgt_sents
+    prefix = [] if sentence_level else joiner.prefix([list(t) for t in tgt_sents[:-1]])
+    tgt_in, labels = joiner.decoder_io(targets)
+    src = torch.as_tensor(joiner.source(src_sents), dtype=torch.long)[None]
+    tgt_in = torch.as_tensor(tgt_in, dtype=torch.long)[None]
+    total, cache = 0.0, {}
+    with torch.no_grad():
+        memory = model.encode(src, **inputs)
+        for t in range(tgt_in.size(1)):
+            logp = torch.log_softmax(model.output_projection(model.decode(tgt_in[:, : t + 1], memory, cache))[0, -1], -1)
+            if t >= len(prefix):
+                total += float(logp[int(labels[t])])
+    return total
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_sentence_scores_equal_incremental_decoding(models, name):
+    """The batched teacher-forced score of the last sentence in its context equals the sum of
+    the incremental decoder's log-probabilities after the forced target context, for every
+    way a mode builds its input (separators, groups, source context, context encoder)."""
+    tr = Translator.load(models / name, device="cpu")
+    docs = read_documents(str(models / "raw/ted.en"), str(models / "raw/ted.de"), fmt="marker")
+    examples = [Document(f"{d}.{i}", doc.src[i - 3: i + 1], doc.tgt[i - 3: i + 1])
+                for d, doc in enumerate(docs[:2]) for i in (3, 7, 12)]
+    examples.append(Document("first", docs[0].src[:1], docs[0].tgt[:1]))    # no context at all
+    batched = sentence_logprobs(tr, examples)
+    alone = np.concatenate([sentence_logprobs(tr, [d]) for d in examples])
+    np.testing.assert_allclose(batched, alone, rtol=1e-4, atol=1e-3)
+    ref = [incremental_score(tr, d) for d in examples]
+    np.testing.assert_allclose(batched, ref, rtol=1e-4, atol=1e-3)
+    assert (batched < 0).all()
+
+
+def test_document_instances_take_the_context_that_fits(models):
+    tr = Translator.load(models / "doc2doc", device="cpu")
+    docs = read_documents(str(models / "raw/ted.en"), str(models / "raw/ted.de"), fmt="marker")
+    from docnmt.data import Corpus
+    corpus = Corpus.encode([Document("a", docs[0].src[:6], docs[0].tgt[:6])], tr.vocab)
+    assert last_sentence_rows(tr, corpus).tolist() == [[0, 6, 0]]
+    assert last_sentence_rows(tr, corpus, max_context=2).tolist() == [[3, 6, 3]]
+    tr.cfg.data.max_instance_tokens = int(corpus.src.lengths[-1] + corpus.src.lengths[-2]) + 6
+    (a, b, t), = last_sentence_rows(tr, corpus).tolist()
+    assert b == 6 and 3 <= a <= 5 and t == a                 # only what fits the budget
+
+
+def test_a_trained_model_prefers_real_sentences_to_shuffled_ones(models):
+    """Behaviour: after 150 updates on these documents, the real target sentence outscores the
+    same words shuffled in most contexts (chance is 50%; the run gives about 71%)."""
+    tr = Translator.load(models / "doc2doc", device="cpu")
+    docs = read_documents(str(models / "raw/ted.en"), str(models / "raw/ted.de"), fmt="marker")
+    examples = []
+    for doc in docs:
+        for i in range(3, len(doc.src)):
+            words = doc.tgt[i].split()
+            if len(words) >= 4:
+                shuffled = words[:]
+                random.Random(i).shuffle(shuffled)
+                examples.append(ContrastiveExample(doc.src[i], doc.src[i - 3:i],
+                                                   [Candidate(doc.tgt[i], doc.tgt[i - 3:i]),
+                                                    Candidate(" ".join(shuffled), doc.tgt[i - 3:i])]))
+    rep = accuracy_report(examples, score_examples(tr, examples))
+    assert rep["examples"] > 100 and rep["accuracy"] > 0.65     # chance: 0.5 ± 0.04
+
+
+@needs_data
+def test_score_contrastive_cli_on_bawden(models, run_cli, tmp_path):
+    status, out, _ = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
+                             "--json", tmp_path / "r.json", "--scores", tmp_path / "s.jsonl", "--plot", tmp_path / "p.png")
+    assert status == 0
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["examples"] == 200 and 0 <= rep["accuracy"] <= rep["accuracy_lenient"] <= 1
+    assert sum(g["examples"] for g in rep["by"]["type"].values()) == 200
+    lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert len(lines) == 200 and sum(x["right"] for x in lines) == rep["correct"]
+    assert "accuracy" in out and (tmp_path / "p.png").stat().st_size > 1000
+    status, _, err = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
+                             "--json", tmp_path / "r.json")
+    assert status == 2 and "exists" in err                     # never overwritten
+
+
+def test_example_documents_align_contexts():
+    ex = ContrastiveExample("s", ["a", "b", "c"], [Candidate("x", ["B", "C"]), Candidate("y", [])])
+    docs, counts = example_documents([ex])
+    assert counts == [2]
+    assert (docs[0].src, docs[0].tgt) == (["b", "c", "s"], ["B", "C", "x"])
+    assert (docs[1].src, docs[1].tgt) == (["s"], ["y"])
+
+
+# ---- attention entropy and compare ----------------------------------------------------------
+
+def test_entropy_cli(models, run_cli, tmp_path):
+    raw = models / "raw/ted"
+    status, out, _ = run_cli("entropy", models / "gtransformer", "--src", f"{raw}.en", "--ref", f"{raw}.de",
+                             "-q", "--json", tmp_path / "e.json")
+    assert status == 0 and "cross_global" in out
+    res = json.loads((tmp_path / "e.json").read_text())
+    ent = res["entropy_bits"]
+    assert set(ent) == {"enc_self", "enc_self_global", "dec_self", "dec_self_global", "cross", "cross_global"}
+    assert all(v >= 0 for v in ent.values()) and ent["cross"] < ent["cross_global"]
+    assert res["nll_bits_per_token"] > 0
+
+
+def test_compare_two_models_and_a_file(models, run_cli, tmp_path):
+    raw = models / "raw/ted"
+    out = tmp_path / "cmp"
+    status, stdout, _ = run_cli("compare", f"base={models / 'doc2sent'}", models / "doc2doc", "--src", f"{raw}.en",
+                                "--ref", f"{raw}.de", "--out", out, "--suite", BAWDEN / "anaphora.json",
+                                "--bootstrap-samples", "50", "-q")
+    assert status == 0, stdout
+    res = json.loads((out / "compare.json").read_text())
+    assert res["baseline"] == "base" and set(res["systems"]) == {"base", "doc2doc"}
+    boot = res["systems"]["doc2doc"]["bootstrap"]["d"]
+    assert boot["n_samples"] == 50 and 0 < boot["p_value"] <= 1
+    assert res["systems"]["doc2doc"]["suites"]["anaphora"]["examples"] == 200
+    md = (out / "compare.md").read_text()
+    assert md.count("\n| ") == 2 and "anaphora acc." in md and "| base |" in md
+    assert (out / "compare.csv").read_text().splitlines()[0].startswith("system,s-BLEU,d-BLEU")
+    for png in ("dbleu_by_length.png", "anaphora_by_type.png"):
+        assert (out / png).stat().st_size > 1000
+    # a translation file as a system; the cached model translations are reused
+    status, _, err = run_cli("compare", models / "doc2doc", f"file={out / 'hyps' / 'base.txt'}", "--src", f"{raw}.en",
+                             "--ref", f"{raw}.de", "--out", out, "--bootstrap-samples", "20", "-q")
+    assert status == 0 and "reusing" in err
+    res2 = json.loads((out / "compare.json").read_text())
+    assert res2["systems"]["file"]["d_bleu"] == pytest.approx(res["systems"]["base"]["d_bleu"])
+
+
+# ---- TCP ------------------------------------------------------------------------------------
+
+def test_tcp_hand_worked_example():
+    """Two groups of one document each: positions rescaled by |hyp|/|ref|, window [p-20, p+20),
+    single words by exact token, multi-word alternatives by substring of the joined window."""
+    ref = [["w"] * 100, ["w"] * 10]
+    hyp = [["x"] * 50 + ["said"] + ["x"] * 49 + ["told", "him"] + ["x"] * 98,     # 200 words: ratio 2
+           ["x"] * 4 + ["and", "then"] + ["x"] * 4]
+    labels = [[(30, ["said"]),          # p = 60: window [40, 80) holds "said" (50) -> hit
+               (10, ["said"]),          # p = 20: window [0, 40) -> miss
+               (45, ["told him"]),      # p = 90: window [70, 110) holds "told him" -> hit (substring)
+               (41, ["old"])],          # single word "old" is not a token -> miss
+              [(5, ["and then", "so"])]]
+    res = tcp(hyp, ref, labels, groups=(("A", 1), ("B", 1)))
+    assert (res["A"]["hits"], res["A"]["labels"], res["B"]["hits"]) == (2, 4, 1)
+    assert res["TCP"] == pytest.approx(100 * (0.5 * 1.0) ** 0.5)
+    assert hit(["ld hi"], ["told", "him"]) and not hit(["tol"], ["told"])
+    # window edges: p - 20 is inside, p + 20 is outside
+    assert tcp([["a"] + ["x"] * 40], [["w"] * 41], [[(20, ["a"])]], groups=(("A", 1),))["A"]["hits"] == 1
+    assert tcp([["x"] * 40 + ["a"]], [["w"] * 41], [[(20, ["a"])]], groups=(("A", 1),))["A"]["hits"] == 0
+
+
+@needs_data
+def test_tcp_on_the_pdc_test_set():
+    d = PDC / "doc"
+    labels = read_labels(d / "en.candidates")
+    assert len(labels) == 148 and sum(map(len, labels)) == 3216
+    refs = [line.split() for line in (d / "en.tok").read_text().splitlines()]
+    assert tcp(refs, refs, labels)["TCP"] == 100.0
+    raw = read_documents(str(PDC / "del/en"), fmt="blankline")                 # untokenised reference
+    assert tcp_documents([doc.src for doc in raw], d)["TCP"] == 100.0
+    blank = tcp_documents([["nothing here"] for _ in raw], d)
+    assert blank["TCP"] == 0.0
+    # half of every document: positions are rescaled onto it, so most windows miss their words
+    half = tcp_documents([doc.src[: len(doc.src) // 2] for doc in raw], d)
+    assert 5 < half["TC"]["score"] < 50 and 0 < half["TCP"] < 50
+
+
+@needs_data
+def test_evaluate_tcp_cli(run_cli, tmp_path):
+    from docnmt.readers import write_marker
+    docs = read_documents(str(PDC / "del/en"), fmt="blankline")
+    write_marker(docs, tmp_path / "hyp.en", "src")
+    status, out, _ = run_cli("evaluate", "--hyp", tmp_path / "hyp.en", "--ref", tmp_path / "hyp.en",
+                             "--tcp", PDC / "doc", "--json", tmp_path / "r.json")
+    assert status == 0 and "TCP 100.0" in out
+    assert json.loads((tmp_path / "r.json").read_text())["tcp"]["PT"]["labels"] == 296
+
+
+# ---- COMET: optional, never breaks the rest -------------------------------------------------
+
+def test_comet_skips_with_one_line(tmp_path, monkeypatch):
+    from docnmt.comet import comet_score
+    assert "no --comet-model" in comet_score(None, ["a"], ["b"], ["c"])
+    assert "does not exist" in comet_score(tmp_path / "nope.ckpt", ["a"], ["b"], ["c"])
+    ckpt = tmp_path / "model.ckpt"
+    ckpt.write_text("x")
+    monkeypatch.setitem(sys.modules, "comet", None)                 # not installed
+    assert "not installed" in comet_score(ckpt, ["a"], ["b"], ["c"])
+    broken = types.SimpleNamespace(load_from_checkpoint=lambda p: (_ for _ in ()).throw(OSError("no encoder\nmore")))
+    monkeypatch.setitem(sys.modules, "comet", broken)
+    msg = comet_score(ckpt, ["a"], ["b"], ["c"])
+    assert msg == "COMET skipped: OSError: no encoder"
+
+
+def test_comet_scores_sentence_triples(tmp_path, monkeypatch, run_cli):
+    seen = []
+
+    class Model:
+        def predict(self, data, batch_size, gpus, progress_bar):
+            seen.extend(data)
+            return types.SimpleNamespace(scores=[0.5 if d["mt"] == d["ref"] else 0.1 for d in data])
+    monkeypatch.setitem(sys.modules, "comet", types.SimpleNamespace(load_from_checkpoint=lambda p: Model()))
+    ckpt = tmp_path / "model.ckpt"
+    ckpt.write_text("x")
+    files = {"src": "<d>\nA.\nB.\n<d>\nC.\n", "hyp": "<d>\nx\ny\n<d>\nz\n", "ref": "<d>\nx\nY\n<d>\nz\n"}
+    for k, v in files.items():
+        (tmp_path / k).write_text(v)
+    status, out, _ = run_cli("evaluate", "--hyp", tmp_path / "hyp", "--ref", tmp_path / "ref", "--src", tmp_path / "src",
+                             "--comet-model", ckpt)
+    assert status == 0 and "COMET 0.3667 (3 sentences" in out
+    assert seen == [{"src": "A.", "mt": "x", "ref": "x"}, {"src": "B.", "mt": "y", "ref": "Y"},
+                    {"src": "C.", "mt": "z", "ref": "z"}]
+    status, out, _ = run_cli("evaluate", "--hyp", tmp_path / "hyp", "--ref", tmp_path / "ref", "--comet-model", ckpt)
+    assert status == 0 and "COMET skipped: it needs the source documents" in out
