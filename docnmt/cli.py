@@ -356,19 +356,22 @@ def _by_length(args, hyp, ref) -> list[dict]:
 
 
 def _comet(args, hyp, ref) -> dict | None:
-    from .comet import comet_score
+    from .comet import aligned_sentences, comet_score
     from .readers import read_sentences
     if not args.src:
         print("COMET skipped: it needs the source documents (--src)")
         return None
     src = read_sentences(args.src)
-    keep = [i for i in range(len(ref)) if i < len(src) and len(src[i]) == len(hyp[i]) == len(ref[i])]
-    flat = lambda docs: [s for i in keep for s in docs[i]]  # noqa: E731
-    res = comet_score(args.comet_model, flat(src), flat(hyp), flat(ref))
+    if len(src) != len(ref):
+        raise DocnmtError(f"{args.src} has {len(src)} documents, {args.ref} has {len(ref)}")
+    srcs, hyps, refs, kept = aligned_sentences(src, hyp, ref)
+    res = comet_score(args.comet_model, srcs, hyps, refs)
     if isinstance(res, str):
         print(res)
         return None
-    print(f"COMET {res['score']:.4f} ({len(res['scores'])} sentences, {res['model']})")
+    res.update(documents=kept, of_documents=len(ref))
+    print(f"COMET {res['score']:.4f} ({len(res['scores'])} sentences of {kept}/{len(ref)} documents "
+          f"whose sentence counts agree; {res['model']})")
     return res
 
 

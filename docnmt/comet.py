@@ -30,6 +30,8 @@ def comet_score(model_path: str | Path | None, srcs: Sequence[str], hyps: Sequen
         import comet
     except ImportError:
         return "COMET skipped: the unbabel-comet package is not installed (pip install unbabel-comet)"
+    except Exception as e:  # noqa: BLE001 - a broken installation must not end the evaluation
+        return f"COMET skipped: importing comet failed ({type(e).__name__}: {_first_line(e)})"
     try:
         model = comet.load_from_checkpoint(str(path))
         if gpus is None:
@@ -37,7 +39,19 @@ def comet_score(model_path: str | Path | None, srcs: Sequence[str], hyps: Sequen
             gpus = 1 if torch.cuda.is_available() else 0
         data = [{"src": s, "mt": h, "ref": r} for s, h, r in zip(srcs, hyps, refs)]
         out = model.predict(data, batch_size=batch_size, gpus=gpus, progress_bar=False)
+        scores = [float(x) for x in (out.scores if hasattr(out, "scores") else out[0])]   # comet 2.x / 1.x
     except Exception as e:  # noqa: BLE001 - an optional metric must not end the evaluation
-        return f"COMET skipped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    scores = [float(x) for x in out.scores]
+        return f"COMET skipped: {type(e).__name__}: {_first_line(e)}"
     return {"score": float(sum(scores) / len(scores)), "scores": scores, "model": str(path)}
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e) else ""
+
+
+def aligned_sentences(src_docs, hyp_docs, ref_docs):
+    """Flat (sources, hypotheses, references) of the documents whose three sentence counts
+    agree, and how many documents that is."""
+    keep = [i for i, (s, h, r) in enumerate(zip(src_docs, hyp_docs, ref_docs)) if len(s) == len(h) == len(r)]
+    flat = lambda docs: [x for i in keep for x in docs[i]]  # noqa: E731
+    return flat(src_docs), flat(hyp_docs), flat(ref_docs), len(keep)

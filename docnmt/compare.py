@@ -10,7 +10,9 @@ Writes ``compare.md``, ``compare.csv``, ``compare.json`` and the plots ``dbleu_b
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -30,18 +32,39 @@ class System:
         return (self.path / "config.yaml").exists()
 
 
+_NAME = re.compile(r"^[\w.+-]+$")
+
+
 def parse_systems(runs: list[str]) -> list[System]:
+    """``PATH`` or ``NAME=PATH`` (a string that is an existing path is always a path)."""
     systems = []
     for run in runs:
         name, sep, path = run.partition("=")
-        path = Path(path if sep else run)
+        if Path(run).exists() or not sep:
+            name, path = None, run
+        path = Path(path)
         if not path.exists():
             raise DocnmtError(f"{path}: no such model directory or translation file")
-        systems.append(System(name if sep else (path.name if path.is_dir() else path.stem), path))
+        name = name or (path.name if path.is_dir() else path.stem)
+        if not _NAME.match(name):
+            raise DocnmtError(f"system name {name!r}: use letters, digits, '.', '_', '+' or '-' (NAME=PATH)")
+        systems.append(System(name, path))
     names = [s.name for s in systems]
     if len(set(names)) != len(names):
         raise DocnmtError(f"two systems have the same name ({', '.join(names)}); name them NAME=PATH")
     return systems
+
+
+def suite_names(paths: list[str]) -> dict[str, str]:
+    """A unique short name per suite path (its file stem or directory name)."""
+    out: dict[str, str] = {}
+    for p in paths:
+        base = Path(p).stem if Path(p).is_file() else Path(p).name
+        name, k = base, 2
+        while name in out:
+            name, k = f"{base}{k}", k + 1
+        out[name] = p
+    return out
 
 
 def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: str | None = None,
@@ -51,6 +74,8 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
     from .metrics import bleu_by_length, evaluate_documents, paired_bootstrap, plot_by_length
     from .readers import read_documents, read_sentences, write_marker
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise DocnmtError(f"--out {out} is a file, not a directory")
     if out.exists() and any(out.iterdir()) and not force and not (out / "compare.json").exists():
         raise DocnmtError(f"{out} exists and is not a compare directory; pass --force or choose another --out")
     (out / "hyps").mkdir(parents=True, exist_ok=True)
@@ -63,10 +88,10 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
     if base is None:
         raise DocnmtError(f"no system named {baseline!r} (systems: {', '.join(s.name for s in systems)})")
     lengths = [sum(len(s.split()) for s in d.src) for d in src_docs]
-    examples = {Path(p).stem if Path(p).is_file() else Path(p).name: p for p in suites}
+    examples = suite_names(list(suites))
     loaded_suites: dict = {}
     for sysm in systems:
-        sysm.hyp = _hypothesis(sysm, src_docs, out, force, log, progress, write_marker, read_sentences)
+        sysm.hyp = _hypothesis(sysm, src_docs, src, out, force, log, progress, write_marker, read_sentences)
         if len(sysm.hyp) != len(refs):
             raise DocnmtError(f"{sysm.path}: {len(sysm.hyp)} documents, the reference has {len(refs)}")
         m = evaluate_documents(sysm.hyp, refs, lowercase_too=False)
@@ -104,32 +129,38 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
     return result
 
 
-def _hypothesis(sysm: System, src_docs, out: Path, force: bool, log, progress, write_marker, read_sentences):
+def _hypothesis(sysm: System, src_docs, src: str, out: Path, force: bool, log, progress, write_marker, read_sentences):
     if not sysm.is_model:
         if sysm.path.is_dir():
             raise DocnmtError(f"{sysm.path}: a directory without config.yaml is not a docnmt model")
         return read_sentences(str(sysm.path), hypothesis=True)
-    cached = out / "hyps" / f"{sysm.name}.txt"
+    from .checkpoint import WEIGHTS
+    cached, meta_path = out / "hyps" / f"{sysm.name}.txt", out / "hyps" / f"{sysm.name}.json"
+    weights = sysm.path / WEIGHTS
+    meta = {"model": str(sysm.path.resolve()), "weights_mtime": weights.stat().st_mtime if weights.exists() else None,
+            "src": hashlib.sha256(Path(src).read_bytes()).hexdigest() if Path(src).is_file() else str(src)}
     if cached.exists() and not force:
-        log(f"{sysm.name}: reusing the translation in {cached}")
-        return read_sentences(str(cached), hypothesis=True)
+        if meta_path.exists() and json.loads(meta_path.read_text()) == meta:
+            log(f"{sysm.name}: reusing the translation in {cached}")
+            return read_sentences(str(cached), hypothesis=True)
+        log(f"{sysm.name}: {cached} is from another model, weights or source; translating again")
     from .translate import Translator
     translator = Translator.load(sysm.path)
     docs, report = translator.translate(src_docs, progress=progress)
     log(f"{sysm.name}: {report.summary()}")
     write_marker(docs, cached, side="tgt", allow_empty=True)
+    meta_path.write_text(json.dumps(meta))
     return [d.tgt for d in docs]
 
 
 def _comet(model: str, src_docs, hyp, refs, log) -> dict | None:
-    from .comet import comet_score
-    keep = [i for i, (d, h, r) in enumerate(zip(src_docs, hyp, refs)) if len(d.src) == len(h) == len(r)]
-    flat = lambda docs: [s for i in keep for s in docs[i]]  # noqa: E731
-    res = comet_score(model, flat([d.src for d in src_docs]), flat(hyp), flat(refs))
+    from .comet import aligned_sentences, comet_score
+    srcs, hyps, rs, kept = aligned_sentences([d.src for d in src_docs], hyp, refs)
+    res = comet_score(model, srcs, hyps, rs)
     if isinstance(res, str):
         log(res)
         return None
-    return {"score": res["score"], "model": res["model"]}
+    return {"score": res["score"], "model": res["model"], "documents": kept, "of_documents": len(refs)}
 
 
 def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, out: Path, progress, log) -> dict:
@@ -141,6 +172,8 @@ def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, out: Path, pro
     for name, path in examples.items():
         if name not in loaded:
             loaded[name] = read_suite(path, fmt)
+            if not loaded[name]:
+                raise DocnmtError(f"{path}: no contrastive examples")
         scores = score_examples(translator, loaded[name], progress=progress)
         write_scores(out / "hyps" / f"{sysm.name}.{name}.scores.jsonl", loaded[name], scores)
         res[name] = accuracy_report(loaded[name], scores)

@@ -38,7 +38,13 @@ def score_examples(translator, examples: Sequence[ContrastiveExample], max_conte
     """Per example, the log-probability of each candidate's current sentence (higher is better)."""
     from .scoring import sentence_logprobs
     docs, counts = example_documents(examples)
-    flat = sentence_logprobs(translator, docs, max_context, progress=progress, max_tokens=max_tokens)
+    # identical candidates (some suites repeat the reference) are scored once, so they tie exactly
+    unique: dict[tuple, int] = {}
+    index = [unique.setdefault((tuple(d.src), tuple(d.tgt)), len(unique)) for d in docs]
+    first = {i: d for d, i in zip(docs, index)}
+    scores = sentence_logprobs(translator, [first[i] for i in range(len(unique))], max_context,
+                               progress=progress, max_tokens=max_tokens)
+    flat = scores[index]
     cuts = np.cumsum([0] + counts)
     return [flat[a:b].tolist() for a, b in zip(cuts[:-1], cuts[1:])]
 

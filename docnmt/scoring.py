@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .data import Corpus, InstanceSet, build_instances, model_inputs, token_batches
+from .data import Corpus, InstanceSet, build_instances, model_inputs, sentence_costs, token_batches
 from .document import Document
 from .errors import DataError
 from .model import AttentionProbe
@@ -27,7 +27,9 @@ def last_sentence_rows(translator, corpus: Corpus, max_context: int | None = Non
     """One instance per document whose target ends with the document's last sentence, built
     as the model's mode builds it: Sent2Sent ``(n, n+1, n)``; Doc2Sent with its K previous
     source sentences; document modes with as many previous sentences (at most ``max_context``)
-    as fit the instance budget and the model's positions, on both sides."""
+    as the training split would put with it (Σ max(|x|, |y|) + 2 below the instance budget and
+    the model's positions), on both sides. (A context-encoder model's context input always has
+    its configured N sentences.)"""
     data, max_pos = translator.cfg.data, translator.cfg.model.max_positions
     last = corpus.doc_offsets[1:] - 1
     first = corpus.doc_offsets[:-1]
@@ -37,20 +39,16 @@ def last_sentence_rows(translator, corpus: Corpus, max_context: int | None = Non
         return np.stack([last, last + 1, last], 1)
     if data.mode == "doc2sent":
         return np.stack([np.maximum(first, last - data.context), last + 1, last], 1)
-    budget = data.max_instance_tokens if data.max_instance_tokens > 0 else max_pos
-    budget = min(budget, max_pos)
+    budget = min(data.max_instance_tokens if data.max_instance_tokens > 0 else max_pos, max_pos)
+    costs = sentence_costs(corpus)           # the training split's rule (SPEC §2.3): add while C + c_k < budget
     rows = []
     for a0, n in zip(first.tolist(), last.tolist()):
-        a = n
-        while a > a0 and _fits(translator, corpus, a - 1, n + 1, budget):
+        a, total = n, int(costs[n])
+        while a > a0 and total + int(costs[a - 1]) < budget:
             a -= 1
+            total += int(costs[a])
         rows.append((a, n + 1, a))
     return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
-
-
-def _fits(translator, corpus: Corpus, a: int, b: int, budget: int) -> bool:
-    iset = InstanceSet(corpus, np.asarray([[a, b, a]], dtype=np.int64), translator.joiner)
-    return int(max(iset.src_lens[0], iset.tgt_lens[0])) <= budget
 
 
 @torch.no_grad()

@@ -20,8 +20,9 @@ Formats (all tested on the real files in ``../shared/data``):
 * ``contrapro`` -- ContraPro (Müller et al. 2018), which users build from OpenSubtitles with its
   ``json2text_and_context.pl --context N``: ``contrapro.json`` beside ``contrapro.text.{en,de}``
   (one line per candidate: the reference first, then each entry of ``errors``) and
-  ``contrapro.context.{en,de}`` (N lines per candidate, oldest first, empty lines before a
-  document's start). N is inferred from the line counts.
+  ``contrapro.context.{en,de}`` (N lines per candidate, oldest first). N is inferred from the
+  line counts; of an example at segment id s only the last min(N, s − 1) context lines are
+  real (the script writes "null" or the film's last lines before a document's start).
 """
 from __future__ import annotations
 
@@ -153,7 +154,9 @@ def read_bawden(path: Path) -> list[ContrastiveExample]:
             for src, trg, typ in pairs:
                 good = trg.get("correct") or trg.get("semi-correct")
                 bad = trg["incorrect"]
-                if not good or len(src) != 2 or len(good) != 2 or len(bad) != 2:
+                if not good:
+                    raise ValueError("no 'correct' or 'semi-correct' translation")
+                if len(src) != 2 or len(good) != 2 or len(bad) != 2:
                     raise ValueError("expected a previous and a current sentence on each side")
                 out.append(ContrastiveExample(src[1], [src[0]], [Candidate(good[1], [good[0]]),
                                                                  Candidate(bad[1], [bad[0]])], 0,
@@ -167,13 +170,16 @@ def read_bawden(path: Path) -> list[ContrastiveExample]:
 # ---- SCAT (Yin et al. 2021) ----------------------------------------------------------------
 
 _SWAP = {"il": "elle", "elle": "il", "ils": "elles", "elles": "ils"}
-_PRONOUN = re.compile(r"<p>\s*(.*?)\s*</p>")
-_MARKUP = re.compile(r"</?p>|<hon>|<hoff>")
+_PRONOUN = re.compile(r"(?<![^\W\d_])<p>\s*([^<]*?)\s*</p>")          # a marked whole word
 _SENT_END = re.compile(r"(?<=[.!?…])\s+(?=[\"«“'(\-–—]?[A-ZÀ-ÖØ-Þ0-9])")
 
 
 def clean_markup(text: str) -> str:
-    return " ".join(_MARKUP.sub(" ", text).split())
+    """Remove SCAT's markup: ``<p>``/``</p>`` sit inside the text, ``<hon>``/``<hoff>`` came
+    with one space of their own on the outside (``l' <hon>artefact<hoff> ,`` = ``l'artefact,``)."""
+    text = re.sub(r" ?<hon>", "", text)
+    text = re.sub(r"<hoff> ?", "", re.sub(r"</?p>", "", text))
+    return " ".join(re.sub(r"<h\w*>?|[<>]", " ", text).split())      # broken tags left in SCAT train
 
 
 def split_sentences(text: str) -> list[str]:
@@ -182,15 +188,21 @@ def split_sentences(text: str) -> list[str]:
 
 
 def swap_pronoun(text: str) -> str | None:
-    """The SCAT target with its marked pronoun swapped for the other gender (None if the
-    marked word has no counterpart); capitalisation is kept."""
-    m = _PRONOUN.search(text)
-    if not m or m.group(1).lower() not in _SWAP:
-        return None
-    word = m.group(1)
-    other = _SWAP[word.lower()]
-    other = other.capitalize() if word[0].isupper() else other
-    return text[: m.start()] + "<p>" + other + "</p>" + text[m.end():]
+    """The SCAT target with every marked whole-word pronoun swapped for the other gender
+    (capitalisation kept); None if no marked pronoun can be swapped. A marker inside a word
+    (``t<p>elle</p>``, i.e. *telle*) is left alone."""
+    found = False
+
+    def swap(m: re.Match) -> str:
+        nonlocal found
+        word = m.group(1)
+        if word.lower() not in _SWAP:
+            return m.group(0)
+        found = True
+        other = _SWAP[word.lower()]
+        return "<p>" + (other.capitalize() if word[0].isupper() else other) + "</p>"
+    out = _PRONOUN.sub(swap, text)
+    return out if found else None
 
 
 def read_scat(directory: Path, split: str = "valid") -> list[ContrastiveExample]:
@@ -210,11 +222,10 @@ def read_scat(directory: Path, split: str = "valid") -> list[ContrastiveExample]
         src_ctx, tgt_ctx = split_sentences(cs), split_sentences(ct)
         if len(src_ctx) != len(tgt_ctx):
             src_ctx, tgt_ctx = [cs] if cs else [], [ct] if ct else []
-        src_pron = _PRONOUN.search(s)
+        pronoun = next(m.group(1).lower() for m in _PRONOUN.finditer(t) if m.group(1).lower() in _SWAP)
         out.append(ContrastiveExample(
             clean_markup(s), src_ctx, [Candidate(clean_markup(t), tgt_ctx), Candidate(clean_markup(wrong), tgt_ctx)],
-            0, {"phenomenon": "scat", "line": k + 1, "pronoun": _PRONOUN.search(t).group(1).lower(),
-                "src_pronoun": src_pron.group(1).lower() if src_pron else None}))
+            0, {"phenomenon": "scat", "line": k + 1, "pronoun": pronoun}))
     return out
 
 
@@ -243,9 +254,12 @@ def read_contrapro(path: Path, lang: tuple[str, str] = ("en", "de")) -> list[Con
     for k, ex in enumerate(data):
         cands = []
         for _ in range(1 + len(ex.get("errors", []))):
-            sc = cs[line * n_ctx: (line + 1) * n_ctx]
-            tc = ct[line * n_ctx: (line + 1) * n_ctx]
-            pairs = [(a, b) for a, b in zip(sc, tc) if a.strip() or b.strip()]   # drop lines before the start
+            # the script reads line (segment id - c) of a file it prefixed with "null": lines before
+            # the document's start are "null" or wrap around to its end; keep only real ones
+            keep = min(n_ctx, max(int(ex.get("segment id", n_ctx + 1)) - 1, 0))
+            sc = cs[(line + 1) * n_ctx - keep: (line + 1) * n_ctx]
+            tc = ct[(line + 1) * n_ctx - keep: (line + 1) * n_ctx]
+            pairs = [(a, b) for a, b in zip(sc, tc) if a.strip() or b.strip()]
             cands.append((ts[line], Candidate(tt[line], [b for _, b in pairs]), [a for a, _ in pairs]))
             line += 1
         if any(c[0] != cands[0][0] for c in cands):

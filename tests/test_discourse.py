@@ -73,30 +73,41 @@ def test_scat_reader_swaps_the_marked_pronoun():
         assert "<" not in good + bad + e.src + "".join(e.src_context + e.candidates[0].tgt_context)
         assert good != bad and len(e.src_context) == len(e.candidates[0].tgt_context)
     assert ex[0].candidates[0].tgt.startswith("Elles ") and ex[0].candidates[1].tgt.startswith("Ils ")
+    third = [c.tgt for c in ex[2].candidates]          # markup removed without splitting words
+    assert third == ["Je pense qu'elles ne connaissent qu'une chanson, mais je vais faire de mon mieux.",
+                     "Je pense qu'ils ne connaissent qu'une chanson, mais je vais faire de mon mieux."]
+    assert "admirons le problème comme il est." in ex[1].candidates[0].tgt
     assert swap_pronoun("Je sais qu'<p>il</p> vient.") == "Je sais qu'<p>elle</p> vient."
-    assert swap_pronoun("<p>Elles</p> sont là.") == "<p>Ils</p> sont là."
-    assert swap_pronoun("<p>on</p> y va") is None
+    assert swap_pronoun("<p>Elles</p> sont là, <p>elles</p> !") == "<p>Ils</p> sont là, <p>ils</p> !"
+    assert swap_pronoun("pour t<p>elle</p> église, <p>il</p> dit") == "pour t<p>elle</p> église, <p>elle</p> dit"
+    assert swap_pronoun("<p>on</p> y va") is None and swap_pronoun("t<p>elle</p> quelle") is None
+    train = read_suite(SCAT, split="train")
+    assert len(train) > 11000 and not any("<" in c.tgt or ">" in c.tgt for e in train for c in e.candidates)
     assert split_sentences("Okay. I need a volunteer! How? «Yes.»") == ["Okay.", "I need a volunteer!", "How?", "«Yes.»"]
 
 
 def test_contrapro_reader(tmp_path):
     """The layout ContraPro's json2text_and_context.pl writes (here --context 2): one text line
-    per candidate, N context lines per candidate, empty before a document's start."""
+    per candidate, N context lines per candidate (oldest first); before a document's start it
+    writes the "null" it prefixed the file with, or lines wrapped around from the film's end."""
     items = [{"document id": "a.de", "segment id": 1, "src pronoun": "it", "ref pronoun": "Sie",
               "ante distance": 0, "intrasegmental": True, "errors": [{"contrastive": "Er fehlt."}, {"contrastive": "Es fehlt."}]},
-             {"document id": "a.de", "segment id": 9, "src pronoun": "it", "ref pronoun": "er",
-              "ante distance": 5, "intrasegmental": False, "errors": [{"contrastive": "Sie ist da."}]}]
+             {"document id": "a.de", "segment id": 2, "src pronoun": "it", "ref pronoun": "er",
+              "ante distance": 1, "intrasegmental": False, "errors": [{"contrastive": "Sie ist da."}]},
+             {"document id": "a.de", "segment id": 9, "src pronoun": "it", "ref pronoun": "es",
+              "ante distance": 5, "intrasegmental": False, "errors": [{"contrastive": "Er regnet."}]}]
     (tmp_path / "contrapro.json").write_text(json.dumps(items))
-    (tmp_path / "contrapro.text.en").write_text("It is missing.\n" * 3 + "It is there.\n" * 2)
-    (tmp_path / "contrapro.text.de").write_text("Sie fehlt.\nEr fehlt.\nEs fehlt.\nEr ist da.\nSie ist da.\n")
-    (tmp_path / "contrapro.context.en").write_text("\nThe bag?\n" * 3 + "Where?\nThe dog.\n" * 2)
-    (tmp_path / "contrapro.context.de").write_text("\nDie Tasche?\n" * 3 + "Wo?\nDer Hund.\n" * 2)
+    (tmp_path / "contrapro.text.en").write_text("It is missing.\n" * 3 + "It is there.\n" * 2 + "It rains.\n" * 2)
+    (tmp_path / "contrapro.text.de").write_text("Sie fehlt.\nEr fehlt.\nEs fehlt.\nEr ist da.\nSie ist da.\nEs regnet.\nEr regnet.\n")
+    (tmp_path / "contrapro.context.en").write_text("The end.\nnull\n" * 3 + "null\nThe bag?\n" * 2 + "Where?\nThe dog.\n" * 2)
+    (tmp_path / "contrapro.context.de").write_text("Das Ende.\nnull\n" * 3 + "null\nDie Tasche?\n" * 2 + "Wo?\nDer Hund.\n" * 2)
     ex = read_suite(tmp_path)
-    assert len(ex) == 2 and [len(e.candidates) for e in ex] == [3, 2]
-    assert ex[0].src_context == ["The bag?"] and ex[0].candidates[2].tgt_context == ["Die Tasche?"]
-    assert ex[1].src_context == ["Where?", "The dog."] and ex[1].candidates[1].tgt == "Sie ist da."
+    assert len(ex) == 3 and [len(e.candidates) for e in ex] == [3, 2, 2]
+    assert ex[0].src_context == [] and ex[0].candidates[2].tgt_context == []
+    assert ex[1].src_context == ["The bag?"] and ex[1].candidates[1].tgt_context == ["Die Tasche?"]
+    assert ex[2].src_context == ["Where?", "The dog."] and ex[2].candidates[1].tgt == "Er regnet."
     assert ex[0].meta["pronoun"] == "sie" and ex[0].meta["phenomenon"] == "it:sie"
-    assert ex[1].meta["distance"] == ">3"
+    assert ex[2].meta["distance"] == ">3" and ex[1].meta["distance"] == 1
     (tmp_path / "contrapro.context.de").write_text("x\n" * 7)
     with pytest.raises(Exception, match="context files"):
         read_suite(tmp_path)
@@ -230,6 +241,13 @@ def test_a_trained_model_prefers_real_sentences_to_shuffled_ones(models):
                                                     Candidate(" ".join(shuffled), doc.tgt[i - 3:i])]))
     rep = accuracy_report(examples, score_examples(tr, examples))
     assert rep["examples"] > 100 and rep["accuracy"] > 0.65     # chance: 0.5 ± 0.04
+    # a suite listing the reference twice: scored once, an exact tie, an error when strict
+    twice = [ContrastiveExample(e.src, e.src_context, [e.candidates[0], e.candidates[1], e.candidates[0]])
+             for e in examples[:5]]
+    scores = score_examples(tr, twice)
+    assert all(s[0] == s[2] for s in scores)
+    rep = accuracy_report(twice, scores)
+    assert rep["correct"] == 0 and rep["ties"] == sum(s[0] >= s[1] for s in scores) > 0
 
 
 @needs_data
@@ -293,6 +311,12 @@ def test_compare_two_models_and_a_file(models, run_cli, tmp_path):
     assert status == 0 and "reusing" in err
     res2 = json.loads((out / "compare.json").read_text())
     assert res2["systems"]["file"]["d_bleu"] == pytest.approx(res["systems"]["base"]["d_bleu"])
+    # the same name for another model is translated again, never served from the cache
+    status, _, err = run_cli("compare", f"doc2doc={models / 'doc2sent'}", "--src", f"{raw}.en",
+                             "--ref", f"{raw}.de", "--out", out, "--bootstrap-samples", "20", "-q")
+    assert status == 0 and "translating again" in err
+    res3 = json.loads((out / "compare.json").read_text())
+    assert res3["systems"]["doc2doc"]["d_bleu"] == pytest.approx(res["systems"]["base"]["d_bleu"])
 
 
 # ---- TCP ------------------------------------------------------------------------------------
@@ -375,7 +399,7 @@ def test_comet_scores_sentence_triples(tmp_path, monkeypatch, run_cli):
         (tmp_path / k).write_text(v)
     status, out, _ = run_cli("evaluate", "--hyp", tmp_path / "hyp", "--ref", tmp_path / "ref", "--src", tmp_path / "src",
                              "--comet-model", ckpt)
-    assert status == 0 and "COMET 0.3667 (3 sentences" in out
+    assert status == 0 and "COMET 0.3667 (3 sentences of 2/2 documents" in out
     assert seen == [{"src": "A.", "mt": "x", "ref": "x"}, {"src": "B.", "mt": "y", "ref": "Y"},
                     {"src": "C.", "mt": "z", "ref": "z"}]
     status, out, _ = run_cli("evaluate", "--hyp", tmp_path / "hyp", "--ref", tmp_path / "ref", "--comet-model", ckpt)
