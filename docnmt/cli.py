@@ -197,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", help="system the others are tested against (default: the first)")
     p.add_argument("--suite", action="append", default=[], help="also score model directories on this contrastive suite")
     p.add_argument("--suite-format", default="auto", choices=["auto", "voita", "bawden", "scat", "contrapro"])
+    p.add_argument("--suite-split", default="valid", help="SCAT split of the suites")
+    p.add_argument("--suite-langs", nargs=2, metavar=("SRC", "TGT"), help="languages of the suites")
+    p.add_argument("--no-detokenize", action="store_true", help="Voita et al.: keep the suite's Moses tokenisation")
     p.add_argument("--tcp", metavar="PDC_DIR", help="also TCP against this PDC test directory")
     p.add_argument("--comet-model", help="also COMET with this local checkpoint")
     p.add_argument("--bootstrap-samples", type=int, default=1000)
@@ -421,7 +424,9 @@ def cmd_entropy(args) -> int:
 def cmd_compare(args) -> int:
     from .compare import compare
     compare(args.runs, args.src, args.ref, args.out, baseline=args.baseline, fmt=args.format, suites=args.suite,
-            suite_format=args.suite_format, tcp_dir=args.tcp, comet_model=args.comet_model,
+            suite_format=args.suite_format,
+            suite_options={"split": args.suite_split, "detokenize": not args.no_detokenize,
+                           "lang": tuple(args.suite_langs) if args.suite_langs else None}, tcp_dir=args.tcp, comet_model=args.comet_model,
             samples=args.bootstrap_samples, force=args.force, log=lambda m: print(m, file=sys.stderr),
             progress=not args.quiet)
     print((Path(args.out) / "compare.md").read_text())

@@ -68,7 +68,7 @@ def suite_names(paths: list[str]) -> dict[str, str]:
 
 
 def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: str | None = None,
-            fmt: str = "auto", suites: list[str] = (), suite_format: str = "auto", tcp_dir: str | None = None,
+            fmt: str = "auto", suites: list[str] = (), suite_format: str = "auto", suite_options: dict | None = None, tcp_dir: str | None = None,
             comet_model: str | None = None, samples: int = 1000, force: bool = False,
             log: Callable[[str], None] = print, progress: bool = True) -> dict:
     from .metrics import bleu_by_length, evaluate_documents, paired_bootstrap, plot_by_length
@@ -105,7 +105,8 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
         if comet_model:
             sysm.metrics["comet"] = _comet(comet_model, src_docs, sysm.hyp, refs, log)
         if examples and sysm.is_model:
-            sysm.metrics["suites"] = _suites(sysm, examples, loaded_suites, suite_format, out, progress, log)
+            sysm.metrics["suites"] = _suites(sysm, examples, loaded_suites, suite_format, suite_options or {},
+                                             out, progress, log)
     for sysm in systems:
         if sysm is not base:
             sysm.metrics["bootstrap"] = {
@@ -163,7 +164,7 @@ def _comet(model: str, src_docs, hyp, refs, log) -> dict | None:
     return {"score": res["score"], "model": res["model"], "documents": kept, "of_documents": len(refs)}
 
 
-def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, out: Path, progress, log) -> dict:
+def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, options: dict, out: Path, progress, log) -> dict:
     from .contrastive import accuracy_report, format_report, score_examples, write_scores
     from .suites import read_suite
     from .translate import Translator
@@ -171,7 +172,7 @@ def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, out: Path, pro
     res = {}
     for name, path in examples.items():
         if name not in loaded:
-            loaded[name] = read_suite(path, fmt)
+            loaded[name] = read_suite(path, fmt, **options)
             if not loaded[name]:
                 raise DocnmtError(f"{path}: no contrastive examples")
         scores = score_examples(translator, loaded[name], progress=progress)
