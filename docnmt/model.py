@@ -89,6 +89,10 @@ def _find_onednn_linear():
 
 _ONEDNN_LINEAR = _find_onednn_linear()
 USE_ONEDNN = os.environ.get("DOCNMT_ONEDNN", "1") != "0"   # DOCNMT_ONEDNN=0: plain F.linear everywhere
+# Below this many multiply-adds (rows × in × out) BLAS is faster (lower call overhead); above it
+# oneDNN is 1.2-2.3x faster on this project's AMD CPU, down to the 10-64-row products of beam
+# search (bench/README.md, "Decoding").
+ONEDNN_MIN_MACS = 2**21
 
 
 def _onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -137,7 +141,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """
     if (USE_ONEDNN and _ONEDNN_LINEAR is not None and x.device.type == "cpu"
             and x.dtype == weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
-            and (weight.size(0) >= 4096 or x.numel() // max(x.size(-1), 1) * weight.size(0) >= 2**18)):
+            and (weight.size(0) >= 4096 or x.numel() * weight.size(0) >= ONEDNN_MIN_MACS)):
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
             return _OneDNNLinear.apply(x, weight, bias)
         return _onednn_linear(x, weight, bias)
@@ -442,6 +446,10 @@ class MultiheadAttention(nn.Module):
                 k0, v0 = cache[self.name]
                 k, v = torch.cat([k0, k], 2), torch.cat([v0, v], 2)
             elif static_kv:       # computed once, read every step: make them contiguous once
+                if k.size(0) != q.size(0) and not _foldable(spec):    # per beam after all
+                    k, v = (t.repeat_interleave(q.size(0) // t.size(0), 0) for t in (k, v))
+                elif k.size(0) != q.size(0):
+                    cache.setdefault("_per_input", set()).add(self.name)
                 k, v = k.contiguous(), v.contiguous()
             cache[self.name] = (k, v)
             if static_kv:
@@ -450,9 +458,25 @@ class MultiheadAttention(nn.Module):
             spec = replace(spec, bias=spec.bias(q if spec.scale is None else q * spec.scale, self.name))
         if AttentionProbe.active is not None:
             AttentionProbe.active.record(self.name, q, k, spec)
-        out = ATTENTION_IMPLS[self.impl](q, k, v, spec, self.dropout if self.training else 0.0)
-        b, _, n, _ = out.shape
+        b, _, n, _ = q.shape
+        if k.size(0) != b:        # beams sharing one input's keys: fold them into the query axis
+            beams = b // k.size(0)
+            fold = lambda t: t.view(-1, beams, *t.shape[1:]).transpose(1, 2).flatten(2, 3)
+            spec = AttnSpec(mask=None if spec.mask is None else spec.mask[::beams],
+                            scale=None if spec.scale is None else fold(spec.scale.expand(b, -1, n, -1)))
+            out = ATTENTION_IMPLS[self.impl](fold(q), k, v, spec, self.dropout if self.training else 0.0)
+            out = out.unflatten(2, (beams, n)).transpose(1, 2).reshape(b, -1, n, self.d_head)
+        else:
+            out = ATTENTION_IMPLS[self.impl](q, k, v, spec, self.dropout if self.training else 0.0)
         return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+def _foldable(spec: AttnSpec) -> bool:
+    """Whether beams of one input can share its keys in this attention: nothing in the spec
+    depends on the query row beyond a per-row logit scale, and the mask restricts keys only."""
+    return (spec.bias is None and spec.groups is None and not spec.is_causal
+            and (spec.mask is None or spec.mask.size(-2) == 1)
+            and (spec.scale is None or spec.scale.size(-2) == 1))
 
 
 class AttentionProbe:
@@ -717,17 +741,29 @@ class Decoder(Encoder):
 @dataclass
 class EncoderOut:
     """The encoder's output; ``extra`` holds a method's batch-first tensors for the decoder
-    (e.g. an encoded context), reordered with the rest when beams are selected."""
+    (e.g. an encoded context), reordered with the rest when beams are selected.
+
+    In beam search (:meth:`expand_beams`) every row is repeated once per beam except ``memory``,
+    which keeps one row per input (``beams`` decoder rows share it): cross-attention then reads
+    each input's keys and values once for all its beams instead of once per beam."""
 
     src: Tensor
     pad: Tensor
     memory: Tensor
     extra: dict = field(default_factory=dict)
+    beams: int = 1
+
+    def expand_beams(self, k: int) -> "EncoderOut":
+        rows = torch.arange(self.src.size(0), device=self.src.device).repeat_interleave(k)
+        out = self.select(rows)
+        return replace(out, memory=self.memory, beams=k)
 
     def select(self, index: Tensor) -> "EncoderOut":
+        """Rows ``index``; with beams, whole beam groups (the memory follows their inputs)."""
+        mem_index = index if self.beams == 1 else index.view(-1, self.beams)[:, 0] // self.beams
         return EncoderOut(self.src.index_select(0, index), self.pad.index_select(0, index),
-                          self.memory.index_select(0, index),
-                          {k: v.index_select(0, index) for k, v in self.extra.items()})
+                          self.memory.index_select(0, mem_index),
+                          {k: v.index_select(0, index) for k, v in self.extra.items()}, self.beams)
 
 
 class Transformer(nn.Module):
@@ -810,15 +846,17 @@ class Transformer(nn.Module):
         return loss, nll, int(select.sum())
 
     @staticmethod
-    def reorder_cache(cache: dict, index: Tensor, static_index: Tensor | None = None) -> None:
+    def reorder_cache(cache: dict, index: Tensor, static_index: Tensor | None = None, beams: int = 1) -> None:
         """Reorder the cached keys/values of decoder self-attention rows by ``index``; the static
         (cross-attention) ones only by ``static_index``, when rows of whole inputs were dropped
-        (beams of one input share them)."""
-        static = cache.get("_static", set())
+        (beams of one input share them; keys kept once per input follow the inputs)."""
+        static, per_input = cache.get("_static", set()), cache.get("_per_input", set())
         for name, kv in list(cache.items()):
             if name.startswith("_"):
                 continue
             idx = static_index if name in static else index
+            if idx is not None and name in per_input:
+                idx = idx.view(-1, beams)[:, 0] // beams
             if idx is not None:
                 cache[name] = (kv[0].index_select(0, idx), kv[1].index_select(0, idx))
 

@@ -65,8 +65,7 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eo
     max_len = torch.maximum(max_len.clamp(max=max_pos), pre_len + 1)   # room for a forced prefix
     forced = _prefix_tensor(prefix, B, device)
 
-    rows = torch.arange(B, device=device).repeat_interleave(K)       # input sentence of each row
-    enc = enc.select(rows)
+    enc = enc.expand_beams(K)
     tokens = torch.full((B * K, 1), bos, dtype=torch.long, device=device)
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0                                                # all beams start identical
@@ -126,7 +125,7 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eo
         if keep.numel() < n:    # whole inputs finished: drop their rows from the static state too
             static = (keep[:, None] * K + torch.arange(K, device=device)).view(-1)
             enc = enc.select(static)
-        model.reorder_cache(cache, order, static)
+        model.reorder_cache(cache, order, static, K)
     return [sorted(f, key=lambda h: -h.score)[: cfg.nbest] for f in finished]
 
 

@@ -301,3 +301,52 @@ def test_bf16_attention_gradients_close_to_fp32():
     attention_sdpa(q, k, v, spec).sum().backward()
     for g16, g32 in zip(grads, (q.grad, k.grad, v.grad)):
         torch.testing.assert_close(g16, g32, rtol=0.05, atol=0.05)
+
+
+# ---- beams sharing their input's encoder memory (beam search) -------------------------------
+
+def _shared_memory_models():
+    from docnmt import gtransformer, ptransformer
+    base = dict(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    yield "transformer", Transformer(ModelConfig(**base))
+    yield "length-aware", Transformer(ModelConfig(**base, length_aware=True))
+    yield "p-transformer", ptransformer.build(ModelConfig(**base, method="ptransformer"))
+    yield "g-transformer", gtransformer.build(ModelConfig(**base, method="gtransformer", combined_cross=1), 2, 49)
+
+
+@pytest.mark.parametrize("name", ["transformer", "length-aware", "p-transformer", "g-transformer"])
+def test_beams_sharing_memory_equal_beams_with_copies(name):
+    """Beam search keeps one encoder memory row per input (cross-attention folds the beams into
+    its query axis, or copies the keys where the spec differs per row); incremental decoding
+    through reorders and dropped inputs gives the states of per-beam copies."""
+    model = dict(_shared_memory_models())[name].eval()
+    if name == "length-aware":
+        model.length_scale.set_means(7.0, 9.0)
+    torch.manual_seed(0)
+    B, K, T = 3, 4, 7
+    src = torch.randint(4, 50, (B, 9))
+    src[1, 6:] = 0
+    src[:, 0] = 2
+    tgt = torch.randint(2, 50, (B * K, T))
+    tgt[:, 0] = 2
+    with torch.no_grad():
+        enc = model.encode(src)
+        copies, shared = enc.select(torch.arange(B).repeat_interleave(K)), enc.expand_beams(K)
+        assert shared.memory.size(0) == B and copies.memory.size(0) == B * K
+        c_copies, c_shared = {}, {}
+        for t in range(T):
+            a = model.decode(tgt[:, : t + 1], copies, c_copies)
+            b = model.decode(tgt[:, : t + 1], shared, c_shared)
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+            if t == 2:        # beams re-ranked within each input
+                order = torch.arange(B * K).view(B, K).flip(1).reshape(-1)
+            elif t == 4:      # input 0 finished: its rows leave the batch
+                order = torch.arange(K, tgt.size(0))
+            else:
+                continue
+            static = order if t == 4 else None
+            tgt = tgt[order]
+            if static is not None:
+                copies, shared = copies.select(static), shared.select(static)
+            model.reorder_cache(c_copies, order, static)
+            model.reorder_cache(c_shared, order, static, K)
