@@ -242,9 +242,10 @@ def _blocked(spec: AttnSpec, n_q: int, n_k: int, device) -> Tensor | None:
 def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float = 0.0) -> Tensor:
     """The same computation through ``torch.nn.functional.scaled_dot_product_attention``.
 
-    A single query per row without dropout (incremental decoding) goes through the explicit
-    form, which is several times faster than the fused kernels for that shape on CPU."""
-    if q.size(-2) == 1 and dropout == 0.0:
+    A few queries per row without gradients (incremental decoding, beams folded over one input)
+    go through the explicit form, which is several times faster than the fused kernels for that
+    shape on CPU."""
+    if q.size(-2) <= 16 and dropout == 0.0 and not (torch.is_grad_enabled() and q.requires_grad):
         return attention_reference(q, k, v, spec)
     if q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled():
         with torch.autocast("cpu", enabled=False):   # CPU's bf16 SDPA backward is ~3x slower
@@ -441,11 +442,10 @@ class MultiheadAttention(nn.Module):
                 v = self._split(self.project(kv, slice(2, 3)))
         if reuse:
             k, v = cache[self.name]
+        elif cache is not None and not static_kv:
+            k, v = cache.setdefault(self.name, KVCache()).append(k, v)
         elif cache is not None:
-            if not static_kv and self.name in cache:
-                k0, v0 = cache[self.name]
-                k, v = torch.cat([k0, k], 2), torch.cat([v0, v], 2)
-            elif static_kv:       # computed once, read every step: make them contiguous once
+            if static_kv:         # computed once, read every step: make them contiguous once
                 if k.size(0) != q.size(0) and not _foldable(spec):    # per beam after all
                     k, v = (t.repeat_interleave(q.size(0) // t.size(0), 0) for t in (k, v))
                 elif k.size(0) != q.size(0):
@@ -469,6 +469,49 @@ class MultiheadAttention(nn.Module):
         else:
             out = ATTENTION_IMPLS[self.impl](q, k, v, spec, self.dropout if self.training else 0.0)
         return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+class KVCache:
+    """The keys and values of one self-attention over the decoded prefix, (rows, heads, length,
+    d_head), kept in buffers with room to grow: a step writes its keys in place, and reordering
+    rows (beam search) copies the filled part into a second buffer that is then swapped in, so
+    decoding steps neither concatenate nor allocate."""
+
+    def __init__(self):
+        self.bufs: list[tuple[Tensor, Tensor] | None] = [None, None]
+        self.rows = self.n = 0
+
+    def _view(self, i: int = 0) -> tuple[Tensor, Tensor]:
+        k, v = self.bufs[i]
+        return k[: self.rows, :, : self.n], v[: self.rows, :, : self.n]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        m = k.size(2)
+        if self.bufs[0] is None or self.n + m > self.bufs[0][0].size(2):
+            old = self._view() if self.bufs[0] is not None else None
+            self.rows, (rows, h, _, d) = k.size(0), k.shape
+            shape = (rows, h, max(32, 2 * (self.n + m)), d)
+            self.bufs = [(k.new_empty(shape), v.new_empty(shape)), None]
+            if old is not None:
+                for dst, src in zip(self.bufs[0], old):
+                    dst[:, :, : self.n] = src
+        kb, vb = self.bufs[0]
+        kb[: self.rows, :, self.n: self.n + m] = k
+        vb[: self.rows, :, self.n: self.n + m] = v
+        self.n += m
+        return self._view()
+
+    def index_select(self, index: Tensor) -> "KVCache":
+        """Keep rows ``index`` (in place; returns self)."""
+        kb = self.bufs[0][0]
+        spare = self.bufs[1]
+        if spare is None or spare[0].size(0) < index.numel():
+            spare = tuple(t.new_empty(index.numel(), *t.shape[1:]) for t in self.bufs[0])
+        for src, dst in zip(self._view(), spare):
+            torch.index_select(src, 0, index, out=dst[: index.numel(), :, : self.n])
+        self.bufs = [spare, self.bufs[0] if kb.size(0) >= index.numel() else None]
+        self.rows = index.numel()
+        return self
 
 
 def _foldable(spec: AttnSpec) -> bool:
@@ -857,7 +900,9 @@ class Transformer(nn.Module):
             idx = static_index if name in static else index
             if idx is not None and name in per_input:
                 idx = idx.view(-1, beams)[:, 0] // beams
-            if idx is not None:
+            if isinstance(kv, KVCache):
+                kv.index_select(index)
+            elif idx is not None:
                 cache[name] = (kv[0].index_select(0, idx), kv[1].index_select(0, idx))
 
 
