@@ -17,10 +17,13 @@ from .errors import DocnmtError
 # flag -> (config key, type, help); shared by `train` (and the decode ones by `translate`)
 TRAIN_FLAGS = {
     "--arch": (None, str, "named architecture/experiment preset (see `docnmt presets`)"),
-    "--mode": ("data.mode", str, "sent2sent | doc2sent | doc2doc | mr"),
-    "--context": ("data.context", int, "doc2sent: number of previous source sentences"),
+    "--mode": ("data.mode", str, "sent2sent | doc2sent | doc2doc | mr | pseudodoc"),
+    "--context": ("data.context", int, "doc2sent / pseudodoc: number of previous sentences"),
     "--max-instance-tokens": ("data.max_instance_tokens", int, "doc2doc/mr: instance budget (SPEC §2.3)"),
-    "--separator": ("data.separator", str, "index (<sepI>) | uniform (<sep>) | group (<s> x </s>, G-Transformer)"),
+    "--separator": ("data.separator", str, "index (<sepI>) | uniform (<sep>) | group (<s> x </s>, G-Transformer) "
+                    "| global_index (<sepJ> x </s>, DocFlat)"),
+    "--batch-order": ("data.batch_order", str, "sorted (length buckets) | ordered (consecutive instances, "
+                      "whole batches shuffled; DocFlat) | strict (ordered, never shuffled)"),
     "--mix-sentences": ("data.mix_sentences", str, "true: add sentence pairs (doc+sent / ctx+sent)"),
     "--dls": ("data.dls", str, "true: doc2doc training segments resampled every epoch (dynamic length sampling)"),
     "--dls-start-epoch": ("data.dls_start_epoch", int, "DLS temperature T = exp(epoch - k): this k"),
@@ -73,6 +76,8 @@ DECODE_FLAGS = {
     "--sliding": ("decode.sliding", str, "true: Doc2Doc sliding decoding of documents longer than the window"),
     "--sliding-window": ("decode.sliding_window", float, "sliding window as a share of the training instance budget"),
     "--sentence-count": ("decode.sentence_count", str, "true: force the source's sentence count (separator formats)"),
+    "--first-pass": ("decode.first_pass", str,
+                     "DocFlat: sentence model translating pass 1 of two-pass decoding (default: the model itself)"),
 }
 
 

@@ -161,6 +161,14 @@ def doc2sent_instances(corpus: Corpus, context: int) -> np.ndarray:
     return np.stack([np.maximum(doc_start, i - context), i + 1, i], axis=1)
 
 
+def pseudodoc_instances(corpus: Corpus, context: int) -> np.ndarray:
+    """Sentence i with up to ``context`` previous sentences of its document on both sides
+    (DocFlat's pseudo-documents, SPEC §2.4; its DOC2DOC baseline), in corpus order."""
+    rows = doc2sent_instances(corpus, context)
+    rows[:, 2] = rows[:, 0]
+    return rows
+
+
 def doc2doc_instances(corpus: Corpus, max_tokens: int = 512, max_sents: int = 1000) -> np.ndarray:
     """Documents split by the §2.3 rule; ``max_tokens <= 0``: whole documents, one instance each."""
     if max_tokens <= 0:
@@ -198,28 +206,34 @@ def _bounds(corpus: Corpus, d: int) -> tuple[int, int]:
 class ModeConfig:
     """How documents become instances (the ``data:`` mode settings of a config).
 
-    mode: sent2sent | doc2sent | doc2doc | mr. ``mix_sentences`` adds every sentence pair as
-    its own instance ("doc + sent" / "ctx + sent" training mixtures, SPEC §4.3).
+    mode: sent2sent | doc2sent | doc2doc | mr | pseudodoc. ``mix_sentences`` adds every sentence
+    pair as its own instance ("doc + sent" / "ctx + sent" training mixtures, SPEC §4.3).
+    ``pseudodoc`` is sentence i with its ``context`` previous sentences on both sides (DocFlat,
+    SPEC §5); translation forces the context's translation and generates sentence i.
     """
 
     mode: str = "sent2sent"
-    context: int = 3                 # doc2sent: previous source sentences
+    context: int = 3                 # doc2sent / pseudodoc: previous sentences
     max_instance_tokens: int = 512   # doc2doc / mr: the §2.3 budget (doc2doc: <= 0 = whole documents)
     max_instance_sents: int = 1000
-    separator: str = "index"         # index: <sepI> (PT) | uniform: <sep> | group: <s> x </s> (GT)
+    separator: str = "index"         # index: <sepI> (PT) | uniform: <sep> | group: <s> x </s> (GT) | global_index: <sepJ> x </s> (DF)
     mix_sentences: bool = False
     context_input: int = 0           # sent2sent: N previous source sentences as a separate context input (DT, §7.1)
     context_self: bool = False       # ... and pairs of sentence-level corpora get their own source as context (C24)
     dls: bool = False                # doc2doc: dynamic length sampling of training segments (SPEC §2.5)
     dls_start_epoch: int = 20        # k of T = exp(epoch − k)
+    batch_order: str = "sorted"      # sorted: length buckets | ordered: runs of consecutive instances, whole batches shuffled (DocFlat, C19) | strict: ordered, never shuffled
 
-    MODES = ("sent2sent", "doc2sent", "doc2doc", "mr")
+    MODES = ("sent2sent", "doc2sent", "doc2doc", "mr", "pseudodoc")
+    SEPARATORS = ("index", "uniform", "group", "global_index")
 
     def __post_init__(self):
         if self.mode not in self.MODES:
             raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(self.MODES)}")
-        if self.separator not in ("index", "uniform", "group"):
-            raise ConfigError(f"unknown separator {self.separator!r}; choose index, uniform or group")
+        if self.separator not in self.SEPARATORS:
+            raise ConfigError(f"unknown separator {self.separator!r}; choose one of {', '.join(self.SEPARATORS)}")
+        if self.batch_order not in ("sorted", "ordered", "strict"):
+            raise ConfigError(f"unknown batch_order {self.batch_order!r}; choose sorted, ordered or strict")
 
     @property
     def is_document_level(self) -> bool:
@@ -291,6 +305,8 @@ def build_instances(corpus: Corpus, mode: ModeConfig, training: bool = True, epo
         rows = sent_instances(corpus)
     elif mode.mode == "doc2sent":
         rows = doc2sent_instances(corpus, mode.context)
+    elif mode.mode == "pseudodoc":
+        rows = pseudodoc_instances(corpus, mode.context)
     elif mode.mode == "mr" and training:
         rows = mr_instances(corpus, mode.max_instance_tokens)
     else:  # doc2doc, and mr at validation / test time
@@ -330,7 +346,12 @@ class Joiner:
     def sep(self, i: int) -> int:
         return self.vocab.sep(i if self.indexed else None)
 
-    def join(self, sents: list[np.ndarray]) -> np.ndarray:
+    def start_for(self, first: int) -> int:
+        """The decoder's start token for an instance whose first target sentence is sentence
+        ``first`` (1-based) of its document; the same for every instance but in DocFlat's format."""
+        return self.start
+
+    def join(self, sents: list[np.ndarray], first: int = 1) -> np.ndarray:
         parts = []
         for i, s in enumerate(sents):
             if i:
@@ -338,17 +359,17 @@ class Joiner:
             parts.append(np.asarray(s, dtype=np.int32))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
-    def source(self, sents: list[np.ndarray]) -> np.ndarray:
+    def source(self, sents: list[np.ndarray], first: int = 1) -> np.ndarray:
         return np.concatenate([self.join(sents), np.asarray([self.vocab.eos], dtype=np.int32)])
 
-    def prefix(self, sents: list[list[int]]) -> list[int]:
+    def prefix(self, sents: list[list[int]], first: int = 1) -> list[int]:
         """Target tokens that force ``sents`` as the first sentences of an output, ready for the
         next sentence (sliding decoding, two-pass decoding)."""
         if not sents:
             return []
         return [int(t) for t in self.join([np.asarray(s, dtype=np.int32) for s in sents])] + [self.sep(len(sents))]
 
-    def decoder_io(self, sents: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def decoder_io(self, sents: list[np.ndarray], first: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """Teacher-forced decoder input and labels of a target instance."""
         body = self.join(sents)
         return np.concatenate([[self.start], body]), np.concatenate([body, [self.end]])
@@ -392,39 +413,89 @@ class GroupJoiner(Joiner):
     def output_specials(self, sentence_targets: bool) -> set[int]:
         return {self.vocab.bos, self.vocab.eos}
 
-    def join(self, sents: list[np.ndarray]) -> np.ndarray:
+    def join(self, sents: list[np.ndarray], first: int = 1) -> np.ndarray:
         bos, eos = [self.vocab.bos], [self.vocab.eos]
         return np.concatenate([np.concatenate([bos, s, eos]) for s in sents]).astype(np.int32)
 
-    def source(self, sents: list[np.ndarray]) -> np.ndarray:
+    def source(self, sents: list[np.ndarray], first: int = 1) -> np.ndarray:
         return self.join(sents)
 
-    def prefix(self, sents: list[list[int]]) -> list[int]:
+    def prefix(self, sents: list[list[int]], first: int = 1) -> list[int]:
         return [int(t) for t in self.join([np.asarray(s, dtype=np.int32) for s in sents])] if sents else []
 
     def split(self, ids: list[int], n: int) -> tuple[list[list[int]], bool]:
         """Sentences end at ``</s>``; ``<s>``, EOD and pads are dropped (SPEC §8.1). Missing
         sentences come back empty, extra ones are appended to the last."""
-        pieces: list[list[int]] = [[]]
-        for t in ids:
-            if t == self.vocab.eos:
-                pieces.append([])
-            elif t not in (self.vocab.bos, self.vocab.pad, self.end):
-                pieces[-1].append(t)
-        if not pieces[-1]:
-            pieces.pop()
-        ok = len(pieces) == n and all(pieces)
-        out = pieces[:n] + [[] for _ in range(n - len(pieces))]
-        for extra in pieces[n:]:
-            out[-1] = out[-1] + extra
-        return out, ok
+        return _split_at_eos(ids, n, self.vocab.eos, {self.vocab.bos, self.vocab.pad, self.end})
+
+
+def _split_at_eos(ids: list[int], n: int, eos: int, dropped: set[int]) -> tuple[list[list[int]], bool]:
+    pieces: list[list[int]] = [[]]
+    for t in ids:
+        if t == eos:
+            pieces.append([])
+        elif t not in dropped:
+            pieces[-1].append(t)
+    if not pieces[-1]:
+        pieces.pop()
+    ok = len(pieces) == n and all(pieces)
+    out = pieces[:n] + [[] for _ in range(n - len(pieces))]
+    for extra in pieces[n:]:
+        out[-1] = out[-1] + extra
+    return out, ok
+
+
+class GlobalIndexJoiner(Joiner):
+    """DocFlat's format (SPEC §2.4, C13, C14): sentence j of a document is ``<sepj> w… </s>`` on
+    both sides, j its 1-based index in the whole document, so instances whose positions all
+    restart at 0 still carry their order across a flattened batch. The decoder starts from the
+    first sentence's index token: input ``<sepa> ya </s> … <sepi> yi``, labels
+    ``ya </s> … yi </s>``. The index tokens are docnmt's reserved ``<sepI>`` symbols (indices
+    past the largest, 512, are clipped to it), so DocFlat needs no vocabulary of its own and
+    fine-tunes from any docnmt sentence model."""
+
+    def __init__(self, vocab: Vocab, separator: str = "global_index"):
+        super().__init__(vocab, "index")
+
+    def overhead(self, n_sents: np.ndarray, side: str) -> np.ndarray:
+        return 2 * n_sents - (side == "tgt")      # <sepj> … </s> per sentence; decoder input lacks the last </s>
+
+    def output_specials(self, sentence_targets: bool) -> set[int]:
+        return set()        # generation writes the current sentence only; its context is forced
+
+    def start_for(self, first: int) -> int:
+        return self.sep(first)
+
+    def join(self, sents: list[np.ndarray], first: int = 1) -> np.ndarray:
+        eos = np.asarray([self.vocab.eos], dtype=np.int32)
+        parts = [p for j, s in enumerate(sents) for p in (np.asarray([self.sep(first + j)], dtype=np.int32),
+                                                          np.asarray(s, dtype=np.int32), eos)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+    def source(self, sents: list[np.ndarray], first: int = 1) -> np.ndarray:
+        return self.join(sents, first)
+
+    def decoder_io(self, sents: list[np.ndarray], first: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        body = self.join(sents, first)
+        return body[:-1], body[1:]
+
+    def prefix(self, sents: list[list[int]], first: int = 1) -> list[int]:
+        """The tokens after the start token that force ``sents``, ending with the next index token."""
+        if not sents:
+            return []
+        body = self.join([np.asarray(s, dtype=np.int32) for s in sents], first)
+        return [int(t) for t in body[1:]] + [self.sep(first + len(sents))]
+
+    def split(self, ids: list[int], n: int) -> tuple[list[list[int]], bool]:
+        return _split_at_eos(ids, n, self.vocab.eos, {self.vocab.bos, self.vocab.pad, *self.sep_ids})
 
 
 def make_joiner(vocab: Vocab, separator: str, context_input: int = 0, context_self: bool = False) -> Joiner:
     """The format a config names; ``context_input`` > 0 adds a context input of that many
     previous source sentences to every batch (``ctx``); with ``context_self`` a pair from a
     sentence-level corpus gets its own source sentence as context (SPEC C24)."""
-    joiner = (GroupJoiner if separator == "group" else Joiner)(vocab, separator)
+    cls = {"group": GroupJoiner, "global_index": GlobalIndexJoiner}.get(separator, Joiner)
+    joiner = cls(vocab, separator)
     joiner.context_sents, joiner.context_self = context_input, context_self
     return joiner
 
@@ -439,6 +510,8 @@ class InstanceSet:
     def __init__(self, corpus: Corpus, rows: np.ndarray, joiner: Joiner):
         self.corpus, self.rows, self.joiner = corpus, rows, joiner
         start, end, tstart = rows[:, 0], rows[:, 1], rows[:, 2]
+        doc_start = corpus.doc_offsets[np.searchsorted(corpus.doc_offsets, start, side="right") - 1]
+        self.first, self.tfirst = start - doc_start + 1, tstart - doc_start + 1   # 1-based in the document
         csum = np.concatenate([[0], np.cumsum(corpus.src.lengths)])
         self.src_lens = csum[end] - csum[start] + joiner.overhead(end - start, "src")
         if corpus.tgt is not None:
@@ -452,12 +525,12 @@ class InstanceSet:
 
     def source(self, k: int) -> np.ndarray:
         a, b, _ = self.rows[k]
-        return self.joiner.source([self.corpus.src[i] for i in range(a, b)])
+        return self.joiner.source([self.corpus.src[i] for i in range(a, b)], int(self.first[k]))
 
     def target(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Decoder input and labels of instance ``k``."""
         _, b, t = self.rows[k]
-        return self.joiner.decoder_io([self.corpus.tgt[i] for i in range(t, b)])
+        return self.joiner.decoder_io([self.corpus.tgt[i] for i in range(t, b)], int(self.tfirst[k]))
 
     def context(self, k: int) -> np.ndarray:
         """The context input of instance ``k`` (SPEC §7.1): the N source sentences before its
@@ -518,14 +591,22 @@ def pad_batch(seqs: list[np.ndarray], pad: int) -> torch.Tensor:
 
 
 def token_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int = 0,
-                  epoch: int = 0, shuffle: bool = True, max_sentences: int | None = None) -> list[np.ndarray]:
+                  epoch: int = 0, shuffle: bool = True, max_sentences: int | None = None,
+                  order: str = "sorted") -> list[np.ndarray]:
     """Length-bucketed batches whose padded size ``n · max(max_src, max_tgt)`` stays within
     ``max_tokens`` (fairseq's rule); instances longer than the budget form their own batch.
+    ``order="ordered"``: runs of consecutive instances instead of length buckets (a batch is a
+    stretch of a document, DocFlat's global context, SPEC §5.4), of which only the order of
+    whole batches is shuffled; ``"strict"``: never shuffled.
     Deterministic for (seed, epoch): the order is what an interrupted run resumes into."""
     rng = np.random.default_rng([seed, epoch])
     size = np.maximum(src_lens, tgt_lens)
-    tie = rng.random(len(size)) if shuffle else np.arange(len(size))
-    order = np.lexsort((tie, src_lens, size))
+    if order == "sorted":
+        tie = rng.random(len(size)) if shuffle else np.arange(len(size))
+        order = np.lexsort((tie, src_lens, size))
+    else:
+        shuffle = shuffle and order != "strict"
+        order = np.arange(len(size))
     batches, cur, cur_max = [], [], 0
     oversize = 0
     for k in order:

@@ -74,6 +74,12 @@ class ModelConfig:
     context_layers: int = 1
     context_gate: bool = True
     context_in: str = "both"          # both | encoder | decoder
+    # DocFlat (docnmt/docflat.py, SPEC §5): flat-batch attention + neural context gate on the
+    # input embeddings of the encoder and/or decoder
+    flat_sides: str = "both"          # both | encoder | decoder
+    flat_gate: str = "continuous"     # continuous (DocFlat_C) | discrete (DocFlat_D) | identity (DocFlat_I)
+    flat_gamma: float = 0.5           # threshold of the discrete gate
+    flat_dec_mask: str = "flattened"  # flattened: causal over the flattened batch | time_aligned (C10)
 
 
 # --------------------------------------------------------------------------------------------
@@ -547,8 +553,10 @@ class AttentionProbe:
 
 def module_kind(name: str) -> str:
     """``enc.3.self`` -> ``enc_self``, ``dec.1.cross.global`` -> ``cross_global``,
-    ``dec.0.context`` -> ``dec_context``, ``ctx.0.self`` -> ``ctx_self``."""
+    ``dec.0.context`` -> ``dec_context``, ``ctx.0.self`` -> ``ctx_self``, ``enc.fba`` -> ``enc_fba``."""
     parts = name.split(".")
+    if len(parts) == 2:
+        return "_".join(parts)
     kind = "cross" if parts[2] == "cross" else f"{parts[0]}_{parts[2]}"
     return kind + "".join(f"_{p}" for p in parts[3:])
 
@@ -569,6 +577,7 @@ class State:
     memory: Tensor | None = None
     cache: dict | None = None
     extra: dict = field(default_factory=dict)
+    beams: int = 1          # in beam search: consecutive rows that are hypotheses of one input
 
 
 class Sublayer(nn.Module):
@@ -866,7 +875,7 @@ class Transformer(nn.Module):
         specs = self.policy.decoder_specs(tgt_in, enc.src, enc.pad, offset, cache is not None)
         if self.length_scale is not None:
             self.length_scale.decoder(specs, tgt_in, enc.pad, offset, self.cfg.pad_id)
-        state = State(specs, memory=enc.memory, cache=cache, extra=enc.extra)
+        state = State(specs, memory=enc.memory, cache=cache, extra=enc.extra, beams=enc.beams)
         out = self.decoder(self.decoder.embed(tgt_in[:, offset:], offset), state)
         if cache is not None:
             cache["_len"] = tgt_in.size(1)

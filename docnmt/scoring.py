@@ -60,7 +60,7 @@ def teacher_forced(translator, corpus: Corpus, rows: np.ndarray, *, max_tokens: 
     model, device = translator.model, translator.device
     iset = InstanceSet(corpus, rows, translator.joiner)
     batches = token_batches(iset.src_lens, iset.tgt_lens, max_tokens or translator.cfg.decode.max_tokens,
-                            shuffle=False)
+                            shuffle=False, order=translator.cfg.data.batch_order)
     pad = translator.vocab.pad
     with tqdm(total=len(rows), desc=desc, unit="inst", disable=not progress, leave=False) as bar:
         for idx in batches:

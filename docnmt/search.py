@@ -47,11 +47,12 @@ Processor = Callable[[int, Tensor, Tensor, Tensor], None]
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eos: int,
+def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | Tensor, eos: int,
                 banned: Sequence[int] = (), prefix: list[list[int]] | None = None,
                 processors: Sequence[Processor] = (), max_len: Tensor | None = None,
                 inputs: dict | None = None) -> list[list[Hypothesis]]:
     """Translate a padded source batch ``src`` (B, S); returns ``nbest`` hypotheses per row.
+    ``bos`` is the decoder's start token, or one per row (B,).
     ``max_len`` (B,) replaces the ``max_len_a · |src| + max_len_b`` limit of each row;
     ``inputs`` are the model's other inputs (a context batch)."""
     B, K, device = src.size(0), cfg.beam, src.device
@@ -66,7 +67,7 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int, eo
     forced = _prefix_tensor(prefix, B, device)
 
     enc = enc.expand_beams(K)
-    tokens = torch.full((B * K, 1), bos, dtype=torch.long, device=device)
+    tokens = torch.as_tensor(bos, dtype=torch.long, device=device).expand(B).repeat_interleave(K)[:, None]
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0                                                # all beams start identical
     cache: dict = {}

@@ -55,6 +55,8 @@ class EntropyMeter:
             side = "ctx" if kind.startswith("ctx") else "src" if kind.startswith("enc") else "tgt_in"
             real = batch[side].ne(pad)
             for h in records:
+                if h.shape != real.shape:      # flat-batch attention (DocFlat): one row of the batch's real tokens
+                    real = torch.ones_like(h, dtype=torch.bool)
                 per_instance = (h * real).sum(1) / real.sum(1).clamp_min(1)
                 self.sums[kind] = self.sums.get(kind, 0.0) + float(per_instance.sum())
                 self.counts[kind] = self.counts.get(kind, 0) + h.size(0)
@@ -332,7 +334,8 @@ class Trainer:
     # ---- the loop ----------------------------------------------------------------------------
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         tc = self.cfg.train
-        batches = token_batches(self.train_set.src_lens, self.train_set.tgt_lens, tc.max_tokens, tc.seed, epoch)
+        batches = token_batches(self.train_set.src_lens, self.train_set.tgt_lens, tc.max_tokens, tc.seed, epoch,
+                                order=self.cfg.data.batch_order)
         usable = len(batches) - len(batches) % self.dist.world
         return batches[self.dist.rank: usable: self.dist.world]
 
@@ -435,7 +438,8 @@ class Trainer:
         loss = nll = 0.0
         ntok = 0
         entropy = EntropyMeter() if self.cfg.train.attention_entropy else None
-        for b in token_batches(self.valid.src_lens, self.valid.tgt_lens, self.cfg.train.max_tokens, shuffle=False):
+        for b in token_batches(self.valid.src_lens, self.valid.tgt_lens, self.cfg.train.max_tokens, shuffle=False,
+                               order=self.cfg.data.batch_order):
             batch = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in self.valid.collate(b).items()}
             with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                                 enabled=self.amp_dtype is not None), \

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import context_transformer, gtransformer, ptransformer
+from . import context_transformer, docflat, gtransformer, ptransformer
 from .checkpoint import WEIGHTS, load_weights
 from .config import Config
-from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, token_batches
+from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, sent_instances, token_batches
 from .document import Document
 from .errors import ConfigError, DataError, DocnmtError
 from .model import AttentionPolicy, Transformer
@@ -40,9 +40,14 @@ def build_model(cfg: Config, vocab: Vocab) -> Transformer:
         if cfg.data.context_input <= 0:
             raise ConfigError("a context-encoder Transformer needs data.context_input > 0 (previous sentences)")
         return context_transformer.build(cfg.model)
+    if cfg.model.method == "docflat":
+        if cfg.data.mode != "pseudodoc" or cfg.data.batch_order == "sorted":
+            raise ConfigError("a DocFlat model needs pseudo-documents in ordered batches "
+                              "(data.mode: pseudodoc, data.batch_order: ordered or strict)")
+        return docflat.build(cfg.model)
     if cfg.model.method != "transformer":
         raise ConfigError(f"unknown model.method {cfg.model.method!r}; choose transformer, gtransformer, "
-                          "ptransformer or context_transformer")
+                          "ptransformer, context_transformer or docflat")
     return Transformer(cfg.model, AttentionPolicy(cfg.model))
 
 
@@ -97,12 +102,13 @@ class Translator:
                     *(v.id(s) for s in ("<mask>", "<eod>") if s in v.symbol_ids)}
         return sorted(specials - self.joiner.output_specials(sentence_targets) - {self.joiner.end})
 
-    def start_token(self, search) -> int:
-        """The token decoding starts from: the format's, or ``<s>`` for a G-Transformer with
+    def start_token(self, search, first: int = 1) -> int:
+        """The token decoding starts from: the format's (for an instance whose first target
+        sentence is sentence ``first`` of its document), or ``<s>`` for a G-Transformer with
         ``official_start`` (the official generator's start, which training never shows, SPEC G4)."""
         if self.cfg.model.method == "gtransformer" and getattr(search, "official_start", False):
             return self.vocab.bos
-        return self.joiner.start
+        return self.joiner.start_for(first)
 
     def constraints(self, src: torch.Tensor) -> dict:
         """Method-specific search arguments: G-Transformer's sentence frame (SPEC §3.5)."""
@@ -131,8 +137,13 @@ class Translator:
                                 instances=sum(len(rows) for rows, _ in rounds))
         bad_docs: set[int] = set()     # documents with an instance whose sentences came back merged
         bar = tqdm(total=report.instances, desc="translate", unit="inst", disable=not progress, leave=False)
-        for rows, new_from in rounds:
-            self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar)
+        if self.cfg.data.mode == "pseudodoc":      # two-pass decoding (SPEC §5.5)
+            first = self._first_pass(docs, corpus, search, report, bad_docs, bar)
+            rows, new_from = rounds[-1]
+            self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from=first)
+        else:
+            for rows, new_from in rounds:
+                self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar)
         bar.close()
         return self._assemble(docs, corpus, outputs, report, bad_docs), report
 
@@ -140,6 +151,10 @@ class Translator:
         """The instances to decode, in rounds that depend on the previous ones: (rows, new_from)
         where sentences [start, new_from) of a row are forced from earlier output. One round
         normally; with sliding decoding, round r holds every document's r-th window."""
+        if self.cfg.data.mode == "pseudodoc":    # pass 1: sentences alone; pass 2: the current sentence
+            rows = build_instances(corpus, self.cfg.data, training=False)
+            first = [] if getattr(search, "first_pass", "") else [(sent_instances(corpus), np.arange(corpus.n_sents))]
+            return first + [(rows, rows[:, 1] - 1)]
         if not (getattr(search, "sliding", False) and self.cfg.data.is_document_level):
             rows = build_instances(corpus, self.cfg.data, training=False)
             return [(rows, rows[:, 2].copy())]
@@ -156,24 +171,45 @@ class Translator:
             rounds.append((np.stack([wins[:, 0], wins[:, 1], wins[:, 0]], 1), wins[:, 2].copy()))
         return rounds
 
-    def _decode(self, corpus, rows, new_from, outputs, search, report, bad_docs, bar) -> None:
+    def _first_pass(self, docs, corpus, search, report, bad_docs, bar) -> list[list[list[int]]]:
+        """Pass 1 of two-pass decoding: every sentence translated alone (no context in the
+        pseudo-document, the batch still as the FBA context), by this model or by the sentence
+        model ``decode.first_pass`` names (its output re-encoded with this vocabulary)."""
+        outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
+        path = getattr(search, "first_pass", "")
+        if path:
+            other = Translator.load(path, device=str(self.device))
+            out, _ = other.translate([Document(d.docid, d.src) for d in docs], other.cfg.decode)
+            texts = [t for d in out for t in d.tgt]
+            return [[ids] for ids in self.vocab.encode_batch(texts, "tgt")]
+        rows = sent_instances(corpus)
+        self._decode(corpus, rows, rows[:, 2].copy(), outputs, search, report, bad_docs, bar)
+        return outputs
+
+    def _decode(self, corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from=None) -> None:
+        """Decode instances ``rows``, forcing sentences [target start, ``new_from``) from
+        ``forced_from`` (default: ``outputs`` of earlier rounds) and adding the translations of
+        the others to ``outputs``."""
+        forced_from = outputs if forced_from is None else forced_from
         iset = InstanceSet(corpus, rows, self.joiner)
         sentence_targets = not self.cfg.data.is_document_level
         batches = token_batches(iset.src_lens, np.zeros_like(iset.src_lens),
                                 getattr(search, "max_tokens", self.cfg.decode.max_tokens), shuffle=False,
-                                max_sentences=getattr(search, "max_sentences", self.cfg.decode.max_sentences))
+                                max_sentences=getattr(search, "max_sentences", self.cfg.decode.max_sentences),
+                                order=self.cfg.data.batch_order)
         amp = autocast_dtype(getattr(search, "precision", "auto"), self.device)
         for idx in batches:
             batch = iset.collate(idx)
             src = batch["src"].to(self.device)
             inputs = {k: v.to(self.device) for k, v in model_inputs(batch).items()}
-            prefix = [self.joiner.prefix([outputs[i][0] for i in range(int(rows[k, 2]), int(new_from[k]))])
-                      for k in idx]
+            prefix = [self.joiner.prefix([forced_from[i][0] for i in range(int(rows[k, 2]), int(new_from[k]))],
+                                         int(iset.tfirst[k])) for k in idx]
+            start = torch.tensor([self.start_token(search, int(iset.tfirst[k])) for k in idx], device=self.device)
             extra = self.constraints(src)
             if getattr(search, "sentence_count", False) or getattr(search, "sliding", False):
                 extra = self._count_constraint(rows[idx], extra)
             with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                hyps = beam_search(self.model, src, search, self.start_token(search), self.joiner.end,
+                hyps = beam_search(self.model, src, search, start, self.joiner.end,
                                    banned=self.banned_ids(sentence_targets), prefix=prefix if any(prefix) else None,
                                    inputs=inputs, **extra)
             for k, forced, nbest in zip(idx, prefix, hyps):

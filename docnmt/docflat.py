@@ -1,0 +1,137 @@
+"""DocFlat (Document Flattening, SPEC §5) as a delta on the core: flat-batch attention (FBA)
+with a neural context gate (NCG) on the input embeddings.
+
+* One :class:`FlatBatchSublayer` per side (``flat_sides``), inserted before the first sublayer
+  of the first encoder / decoder layer (``Layer.inserted``, so a sentence model's weights load
+  by name for the paper's fine-tuning recipe). It sees the whole batch: the n instances of a
+  batch, each padded to m tokens, are flattened into one sequence of n·m positions, pads
+  removed, and attended with multi-head attention -- on the decoder side causally over the
+  flattened index (``flat_dec_mask: flattened``, paper-literal) or over time steps of every
+  instance (``time_aligned``, C10) -- then Ĥ goes back to (n, m, e) (pads get 0).
+* The gate: g = σ(ψ(Ĥ)) with ψ a position-wise Linear(e, e) (C11, bias 0 at start, C17);
+  H' = LN((1 − g) ⊙ H + g ⊙ drop(Ĥ)). ``discrete`` (DocFlat_D) uses 1[g ≥ γ] forward and
+  ∂g/∂s backward (straight-through, C12); ``identity`` (DocFlat_I) is LN(H + drop(Ĥ)).
+* Data (``data.mode: pseudodoc``, ``data.separator: global_index``): sentence i with its
+  ``context`` previous sentences on both sides, each sentence as ``<sepj> w… </s>`` with j its
+  index in the document (C13, C14); batches are runs of consecutive pseudo-documents
+  (``data.batch_order: ordered``, SPEC §5.4).
+* Decoding (:meth:`docnmt.translate.Translator.translate`) is two-pass (SPEC §5.5): each batch
+  of ``decode.max_sentences`` consecutive sentences is translated sentence by sentence, then
+  every pseudo-document is decoded with its context's first-pass translation forced as the
+  target prefix, the current sentences of a batch together. In beam search the decoder FBA of
+  the hypothesis of rank r of an instance attends to the rank-r hypotheses of all instances of
+  the batch (C16); an instance whose search has finished leaves that context.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .errors import ConfigError
+from .model import (AttentionPolicy, AttnSpec, KVCache, Layer, Linear, ModelConfig, MultiheadAttention, State,
+                    Sublayer, Transformer, attention_reference, decoder_layer, encoder_layer)
+
+GATES = ("continuous", "discrete", "identity")
+DEC_MASKS = ("flattened", "time_aligned")
+SIDES = ("both", "encoder", "decoder")
+
+
+def flatten_batch(x: Tensor, pad: Tensor) -> tuple[Tensor, Tensor]:
+    """(n, m, e) and its pad mask (n, m) -> the real positions in batch order (1, T, e), and
+    their indices into the n·m flattened positions."""
+    idx = (~pad).reshape(-1).nonzero().squeeze(1)
+    return x.reshape(-1, x.size(-1)).index_select(0, idx)[None], idx
+
+
+def unflatten_batch(y: Tensor, idx: Tensor, shape: torch.Size) -> Tensor:
+    """Inverse of :func:`flatten_batch`: (1, T, e) back to ``shape`` (n, m, e), 0 at pads."""
+    return y.new_zeros(shape[0] * shape[1], y.size(-1)).index_copy(0, idx, y[0]).view(*shape[:2], -1)
+
+
+def discrete_gate(g: Tensor, gamma: float) -> Tensor:
+    """1[g ≥ γ] in the forward pass, the gradient of g in the backward pass (straight-through)."""
+    return (g >= gamma).to(g.dtype) + g - g.detach()
+
+
+class FlatBatchSublayer(Sublayer):
+    """Flat-batch attention over every token of the batch, joined by the neural context gate."""
+
+    def __init__(self, cfg: ModelConfig, side: str):
+        super().__init__(cfg.d_model, cfg.dropout, cfg.pre_norm)
+        self.side, self.gate_kind, self.gamma = side, cfg.flat_gate, cfg.flat_gamma
+        self.time_aligned = side == "dec" and cfg.flat_dec_mask == "time_aligned"
+        self.attn = MultiheadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, f"{side}.fba")
+        if self.gate_kind != "identity":
+            self.gate = Linear(cfg.d_model, cfg.d_model)       # ψ
+
+    def transform(self, x: Tensor, state: State) -> Tensor:
+        pad = state.specs[f"{self.side}_fba"].mask[:, 0, 0, -x.size(1):]
+        if state.cache is not None and self.side == "dec":
+            return self._incremental(x, state)
+        flat, idx = flatten_batch(x, pad)
+        causal = self.side == "dec"
+        spec = AttnSpec(is_causal=causal and not self.time_aligned)
+        if self.time_aligned:           # key (j', t') visible to query (j, t) iff t' <= t
+            pos = torch.arange(x.size(1), device=x.device).repeat(x.size(0))[idx]
+            spec = AttnSpec(mask=(pos[None, :] > pos[:, None])[None, None])
+        return unflatten_batch(self.attn(flat, flat, spec), idx, x.shape)
+
+    def _incremental(self, x: Tensor, state: State) -> Tensor:
+        """Decoder FBA while decoding: the new tokens of every row attend to the cached prefixes
+        of the rows of the same beam rank (rows are input-major, ``state.beams`` per input)."""
+        attn, K = self.attn, state.beams
+        R, n_new, _ = x.shape
+        offset = state.cache.get("_len", 0)
+        q, k, v = attn._split(attn.project(x, slice(0, 3))).chunk(3, dim=1)
+        k, v = state.cache.setdefault(attn.name, KVCache()).append(k, v)
+        B, h, t, d = R // K, q.size(1), k.size(2), q.size(3)
+        by_rank = lambda z: z.view(B, K, h, -1, d).permute(1, 2, 0, 3, 4).reshape(K, h, -1, d)  # noqa: E731
+        dev = x.device
+        inst_q = torch.arange(B, device=dev).repeat_interleave(n_new)
+        pos_q = offset + torch.arange(n_new, device=dev).repeat(B)
+        inst_k = torch.arange(B, device=dev).repeat_interleave(t)
+        pos_k = torch.arange(t, device=dev).repeat(B)
+        visible = pos_k[None, :] <= pos_q[:, None]
+        if not self.time_aligned:
+            visible = (inst_k[None, :] < inst_q[:, None]) | (visible & (inst_k[None, :] == inst_q[:, None]))
+        key_pad = state.specs["dec_fba"].mask[:, 0, 0, :t].reshape(B, K, t).transpose(0, 1).reshape(K, 1, 1, B * t)
+        out = attention_reference(by_rank(q), by_rank(k), by_rank(v), AttnSpec(mask=~visible[None, None] | key_pad))
+        out = out.view(K, h, B, n_new, d).permute(2, 0, 3, 1, 4).reshape(R, n_new, h * d)
+        return attn.out_proj(out)
+
+    def combine(self, x: Tensor, y: Tensor) -> Tensor:
+        if self.gate_kind == "identity":
+            return super().combine(x, y)
+        g = torch.sigmoid(self.gate(y))
+        if self.gate_kind == "discrete":
+            g = discrete_gate(g, self.gamma)
+        return x + g * (self.dropout(y) - x)
+
+
+class DocFlatPolicy(AttentionPolicy):
+    """The default specs plus the key padding of each side's flat-batch attention."""
+
+    def encoder_specs(self, src: Tensor, src_pad: Tensor) -> dict[str, AttnSpec]:
+        return {**super().encoder_specs(src, src_pad), "enc_fba": AttnSpec(mask=src_pad[:, None, None, :])}
+
+    def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int,
+                      incremental: bool) -> dict[str, AttnSpec]:
+        specs = super().decoder_specs(tgt, src, src_pad, offset, incremental)
+        specs["dec_fba"] = AttnSpec(mask=tgt.eq(self.cfg.pad_id)[:, None, None, :], is_causal=True)
+        return specs
+
+
+def build(cfg: ModelConfig) -> Transformer:
+    for value, allowed, key in ((cfg.flat_gate, GATES, "flat_gate"), (cfg.flat_dec_mask, DEC_MASKS, "flat_dec_mask"),
+                                (cfg.flat_sides, SIDES, "flat_sides")):
+        if value not in allowed:
+            raise ConfigError(f"unknown {key} {value!r}; choose one of {', '.join(allowed)}")
+
+    def with_fba(make, side: str, on: bool):
+        def make_layer(c: ModelConfig, i: int) -> Layer:
+            layer = make(c, i)
+            return Layer(list(layer.sublayers), {0: FlatBatchSublayer(c, side)} if on and i == 0 else None)
+        return make_layer
+
+    return Transformer(cfg, DocFlatPolicy(cfg), with_fba(encoder_layer, "enc", cfg.flat_sides != "decoder"),
+                       with_fba(decoder_layer, "dec", cfg.flat_sides != "encoder"))

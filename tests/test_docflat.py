@@ -1,0 +1,261 @@
+"""DocFlat (SPEC §5, §13 item 9): flat-batch attention, context gate, pseudo-documents, ordered
+batches, rank-aligned decoder FBA and two-pass decoding."""
+import numpy as np
+import pytest
+import torch
+
+from _tiny import SHARED, tiny_config, tiny_data
+from docnmt import docflat
+from docnmt import translate as translate_module
+from docnmt.data import Corpus, GlobalIndexJoiner, InstanceSet, ModeConfig, build_instances, token_batches
+from docnmt.errors import ConfigError
+from docnmt.model import ModelConfig, State
+from docnmt.search import beam_search
+from docnmt.train import Trainer
+from docnmt.translate import Translator
+from docnmt.vocab import Vocab
+
+CFG = ModelConfig(vocab_size=60, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
+                  method="docflat")
+
+
+def cfg_with(**kw):
+    return ModelConfig(**{**vars(CFG), **kw})
+
+
+def batch(seed=0, n=3, m=6, e=32):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, m, e, generator=g)
+    pad = torch.zeros(n, m, dtype=torch.bool)
+    pad[1, 4:] = True
+    pad[2, 2:] = True
+    return x, pad
+
+
+def fba(cfg, side="enc"):
+    torch.manual_seed(0)
+    return docflat.FlatBatchSublayer(cfg, side).eval()
+
+
+def run(sub, x, pad):
+    kind = f"{sub.side}_fba"
+    return sub.transform(x, State({kind: docflat.AttnSpec(mask=pad[:, None, None, :])}))
+
+
+# ---- flat-batch attention ---------------------------------------------------------------------
+
+def test_flatten_unflatten_round_trip():
+    x, pad = batch()
+    flat, idx = docflat.flatten_batch(x, pad)
+    assert flat.shape == (1, int((~pad).sum()), 32)
+    back = docflat.unflatten_batch(flat, idx, x.shape)
+    torch.testing.assert_close(back[~pad], x[~pad])
+    assert back[pad].abs().sum() == 0
+
+
+@pytest.mark.parametrize("side", ["enc", "dec"])
+def test_pads_are_never_attended(side):
+    sub = fba(CFG, side)
+    x, pad = batch()
+    y = x.clone()
+    y[pad] = 100 * torch.randn(int(pad.sum()), 32)        # whatever sits at pad positions
+    a, b = run(sub, x, pad), run(sub, y, pad)
+    torch.testing.assert_close(a[~pad], b[~pad])
+    assert a[pad].abs().sum() == 0
+
+
+def test_encoder_fba_mixes_instances():
+    sub = fba(CFG, "enc")
+    x, pad = batch()
+    y = x.clone()
+    y[2, 0] += 1.0                                        # change only instance 2
+    a, b = run(sub, x, pad), run(sub, y, pad)
+    assert not torch.allclose(a[0], b[0])                 # instance 0 sees instance 2
+
+
+def test_decoder_mask_options():
+    """Flattened causal: an instance sees every token of earlier instances and none of later
+    ones. Time-aligned: (j, t) sees (j', t') iff t' <= t, in every instance."""
+    x, pad = batch()
+    pad[:] = False
+    flat, aligned = fba(CFG, "dec"), fba(cfg_with(flat_dec_mask="time_aligned"), "dec")
+    y = x.clone()
+    y[1, 5] += 1.0                                        # the last token of instance 1
+    for sub in (flat, aligned):
+        a, b = run(sub, x, pad), run(sub, y, pad)
+        torch.testing.assert_close(a[0, :5], b[0, :5])    # earlier time steps never see it
+    a, b = run(flat, x, pad), run(flat, y, pad)
+    torch.testing.assert_close(a[0], b[0])               # an earlier instance never sees a later one
+    assert not torch.allclose(a[2, 0], b[2, 0])          # a later instance sees all of an earlier one
+    a, b = run(aligned, x, pad), run(aligned, y, pad)
+    assert not torch.allclose(a[0, 5], b[0, 5])          # same time step of another instance: seen
+    torch.testing.assert_close(a[2, :5], b[2, :5])
+
+
+def test_discrete_gate_straight_through():
+    s = torch.tensor([-1.0, 0.2, 3.0], requires_grad=True)
+    g = docflat.discrete_gate(torch.sigmoid(s), 0.5)
+    assert g.tolist() == [0.0, 1.0, 1.0]
+    g.sum().backward()
+    torch.testing.assert_close(s.grad, torch.sigmoid(s) * (1 - torch.sigmoid(s)))
+    model = docflat.build(cfg_with(flat_gate="discrete"))
+    src = torch.randint(4, 60, (3, 7))
+    tgt = torch.randint(4, 60, (3, 5))
+    loss, _, _ = model(src, tgt, tgt, 0.1)
+    loss.backward()
+    gate = model.encoder.layers[0].inserted["0"].gate
+    assert gate.weight.grad.abs().sum() > 0               # the gate learns through the indicator
+
+
+def test_closed_gate_makes_instances_independent():
+    """With a gate that never opens the flat-batch context is cut: an instance translates the
+    same alone and in a batch (a Doc2Doc model behind a LayerNorm of its embeddings)."""
+    model = docflat.build(cfg_with(flat_gate="discrete", flat_gamma=2.0)).eval()
+    src = torch.randint(4, 60, (3, 7))
+    tgt = torch.randint(4, 60, (3, 5))
+    with torch.no_grad():
+        together = model(src, tgt)
+        alone = torch.cat([model(src[i: i + 1], tgt[i: i + 1]) for i in range(3)])
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)
+    open_model = docflat.build(cfg_with(flat_gate="discrete", flat_gamma=0.0)).eval()
+    open_model.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert not torch.allclose(open_model(src, tgt), torch.cat([open_model(src[i: i + 1], tgt[i: i + 1])
+                                                                   for i in range(3)]))
+
+
+@pytest.mark.parametrize("beams", [1, 2])
+def test_incremental_time_aligned_decoding_equals_full_forward_per_rank(beams):
+    """Time-aligned decoder FBA decodes incrementally exactly as the full forward of each beam
+    rank's rows (C16: rank r of an instance attends to rank r of the others)."""
+    model = docflat.build(cfg_with(flat_dec_mask="time_aligned")).eval()
+    torch.manual_seed(1)
+    B, T = 3, 6
+    src = torch.randint(4, 60, (B, 7))
+    src[1, 5:] = 0
+    tgt = torch.randint(4, 60, (B * beams, T))
+    with torch.no_grad():
+        enc = model.encode(src)
+        shared = enc.expand_beams(beams)
+        cache: dict = {}
+        steps = torch.cat([model.decode(tgt[:, : t + 1], shared, cache) for t in range(T)], 1)
+        for r in range(beams):
+            rows = torch.arange(B) * beams + r
+            full = model.decode(tgt[rows], enc)
+            torch.testing.assert_close(steps[rows], full, rtol=1e-4, atol=1e-5)
+
+
+def test_incremental_flattened_decoding_is_causal_over_instances():
+    model = docflat.build(CFG).eval()
+    torch.manual_seed(2)
+    src = torch.randint(4, 60, (3, 7))
+    tgt = torch.randint(4, 60, (3, 5))
+    other = tgt.clone()
+    other[2] = torch.randint(4, 60, (5,))                 # only the last instance differs
+    with torch.no_grad():
+        enc = model.encode(src)
+        a = [model.decode(tgt[:, : t + 1], enc, ca) for ca in [{}] for t in range(5)]
+        b = [model.decode(other[:, : t + 1], enc, cb) for cb in [{}] for t in range(5)]
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x[:2], y[:2])
+        assert x[0].shape == (1, 32)
+
+
+def test_unknown_options_are_config_errors():
+    for kw in ({"flat_gate": "soft"}, {"flat_dec_mask": "x"}, {"flat_sides": "none"}):
+        with pytest.raises(ConfigError):
+            docflat.build(cfg_with(**kw))
+
+
+# ---- data ---------------------------------------------------------------------------------------
+
+pytestmark_data = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+
+
+@pytestmark_data
+def test_pseudodoc_instances_and_global_index_format(tmp_path):
+    data = tiny_data(tmp_path)
+    vocab = Vocab.load(data)
+    corpus = Corpus.load(data, "train")
+    mode = ModeConfig(mode="pseudodoc", context=3, separator="global_index", batch_order="ordered")
+    rows = build_instances(corpus, mode)
+    assert len(rows) == corpus.n_sents
+    d1 = int(corpus.doc_offsets[1])                       # the second document's first sentence
+    assert rows[d1].tolist() == [d1, d1 + 1, d1] and rows[d1 + 5].tolist() == [d1 + 2, d1 + 6, d1 + 2]
+    joiner = GlobalIndexJoiner(vocab)
+    iset = InstanceSet(corpus, rows, joiner)
+    k = d1 + 5                                            # sentences 3..6 of document 2
+    src = iset.source(k)
+    s = [corpus.src[i].tolist() for i in range(d1 + 2, d1 + 6)]
+    want = sum(([vocab.sep(3 + j)] + s[j] + [vocab.eos] for j in range(4)), [])
+    assert src.tolist() == want and len(src) == iset.src_lens[k]
+    tgt_in, labels = iset.target(k)
+    t = [corpus.tgt[i].tolist() for i in range(d1 + 2, d1 + 6)]
+    body = sum(([vocab.sep(3 + j)] + t[j] + [vocab.eos] for j in range(4)), [])
+    assert tgt_in.tolist() == body[:-1] and labels.tolist() == body[1:] and len(labels) == iset.tgt_lens[k]
+    prefix = joiner.prefix(t[:3], 3)
+    assert [vocab.sep(3)] + prefix == body[: len(prefix) + 1] and prefix[-1] == vocab.sep(6)
+    assert joiner.split(prefix + t[3], 4) == (t, True)
+
+
+def test_ordered_batches_are_runs_of_consecutive_instances():
+    lens = np.random.default_rng(0).integers(5, 40, 200)
+    b1 = token_batches(lens, lens, 300, seed=1, epoch=1, order="ordered")
+    b2 = token_batches(lens, lens, 300, seed=1, epoch=2, order="ordered")
+    for b in b1:
+        assert b.tolist() == list(range(b[0], b[-1] + 1)) and len(b) * lens[b].max() <= 300
+    assert sorted(map(tuple, map(list, b1))) == sorted(map(tuple, map(list, b2)))   # same batches ...
+    assert [b[0] for b in b1] != [b[0] for b in b2]                                   # ... new order
+    strict = token_batches(lens, lens, 300, seed=1, epoch=1, order="strict")
+    assert np.concatenate(strict).tolist() == list(range(200))
+    with pytest.raises(ConfigError):
+        ModeConfig(batch_order="random")
+
+
+# ---- training and two-pass translation ----------------------------------------------------------
+
+@pytestmark_data
+@pytest.mark.slow
+def test_fine_tune_from_a_sentence_model_and_translate_in_two_passes(tmp_path, monkeypatch):
+    data = tiny_data(tmp_path)
+    Trainer(tiny_config("sent2sent", max_update=30), data, tmp_path / "sent", progress_bar=False).train()
+    cfg = tiny_config("pseudodoc", max_update=20).override(
+        {"model.method": "docflat", "data.separator": "global_index", "data.batch_order": "ordered",
+         "data.context": 2, "train.word_dropout": 0.1, "decode.max_sentences": 4, "decode.beam": 2})
+    trainer = Trainer(cfg, data, tmp_path / "df", init_from=tmp_path / "sent", progress_bar=False)
+    fresh = {n for n, _ in trainer.model.named_parameters()} - set(trainer.pretrained)
+    assert fresh and all(".inserted.0." in n for n in fresh)        # FBA + gate + LN are the new parts
+    trainer.train()
+    tr = Translator.load(tmp_path / "df", device="cpu")
+    docs = [["Hello there.", "How are you today?", "I am fine, thanks.", "And you?", "Good."], ["Yes."]]
+    calls = []
+
+    def spy(model, src, cfg, bos, eos, prefix=None, **kw):
+        calls.append((bos.tolist(), prefix))
+        return beam_search(model, src, cfg, bos, eos, prefix=prefix, **kw)
+
+    monkeypatch.setattr(translate_module, "beam_search", spy)
+    out, report = tr.translate(docs)
+    assert [len(d.tgt) for d in out] == [5, 1]
+    assert report.instances == 12                                   # 6 sentences, two passes
+    v = tr.vocab
+    assert len(calls) == 4                                          # batches of 4 consecutive instances, two passes
+    bos1, bos2 = calls[0][0] + calls[1][0], calls[2][0] + calls[3][0]
+    pre2 = calls[2][1] + calls[3][1]
+    assert bos1 == [v.sep(j) for j in (1, 2, 3, 4, 5, 1)] and calls[0][1] is None and calls[1][1] is None
+    assert bos2 == [v.sep(j) for j in (1, 1, 1, 2, 3, 1)]           # context of up to 2 sentences
+    assert pre2[0] == [] and pre2[5] == []
+    for k, n_ctx in ((1, 1), (2, 2), (3, 2), (4, 2)):               # the context is forced, then <sep current>
+        assert pre2[k][-1] == v.sep(k + 1) and sum(t == v.eos for t in pre2[k]) == n_ctx
+    search = tr.cfg.decode.__class__(**{**vars(tr.cfg.decode), "first_pass": str(tmp_path / "sent")})
+    calls.clear()
+    out2, report2 = tr.translate(docs, search)
+    assert [len(d.tgt) for d in out2] == [5, 1] and report2.instances == 6
+
+
+def test_docflat_needs_pseudodocs_in_ordered_batches():
+    from docnmt.config import Config
+    from docnmt.translate import build_model
+    cfg = Config.load("docflat_small").override({"data.batch_order": "sorted"})
+    with pytest.raises(ConfigError):
+        build_model(cfg, type("V", (), {"__len__": lambda s: 60, "pad": 0})())
