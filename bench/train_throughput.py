@@ -3,7 +3,8 @@
     python bench/train_throughput.py [--presets transformer_small transformer_base] [--updates 30]
 
 Each (preset, instance kind) runs in its own process so peak memory is its own. Kinds: ``sent``
-(Sent2Sent instances) and ``doc`` (Doc2Doc instances of <= 512 tokens). The timed updates go
+(Sent2Sent instances), ``doc`` (Doc2Doc instances of <= 512 tokens) and ``own`` (the preset's own
+data mode and batching, e.g. DocFlat's ordered pseudo-documents). The timed updates go
 through docnmt's own Trainer.update (forward, loss, backward, Adam), --max-tokens 4096, after
 warm-up updates that are not timed. Prints a table and saves bench/results/train_throughput.json.
 """
@@ -23,9 +24,10 @@ def one(preset: str, kind: str, updates: int, warmup: int, threads: int, max_tok
     from docnmt.train import Trainer
     common.set_threads(threads)
     data = common.tier_m_data()
-    mode = {"sent": "sent2sent", "doc": "doc2doc"}[kind]
-    cfg = Config.load(preset).override({"data.mode": mode, "train.max_tokens": max_tokens,
-                                        "train.precision": precision})
+    over = {"train.max_tokens": max_tokens, "train.precision": precision}
+    if kind != "own":
+        over["data.mode"] = {"sent": "sent2sent", "doc": "doc2doc"}[kind]
+    cfg = Config.load(preset).override(over)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, data, f"{tmp}/m", progress_bar=False)
         batches = trainer.epoch_batches(1)
