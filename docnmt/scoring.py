@@ -26,7 +26,8 @@ from .model import AttentionProbe
 def last_sentence_rows(translator, corpus: Corpus, max_context: int | None = None) -> np.ndarray:
     """One instance per document whose target ends with the document's last sentence, built
     as the model's mode builds it: Sent2Sent ``(n, n+1, n)``; Doc2Sent with its K previous
-    source sentences; document modes with as many previous sentences (at most ``max_context``)
+    source sentences; pseudo-documents with their K previous sentences on both sides (a DocFlat
+    model then scores each instance in a batch of its own); document modes with as many previous sentences (at most ``max_context``)
     as the training split would put with it (Σ max(|x|, |y|) + 2 below the instance budget and
     the model's positions), on both sides. (A context-encoder model's context input always has
     its configured N sentences.)"""
@@ -39,6 +40,9 @@ def last_sentence_rows(translator, corpus: Corpus, max_context: int | None = Non
         return np.stack([last, last + 1, last], 1)
     if data.mode == "doc2sent":
         return np.stack([np.maximum(first, last - data.context), last + 1, last], 1)
+    if data.mode == "pseudodoc":
+        start = np.maximum(first, last - data.context)
+        return np.stack([start, last + 1, start], 1)
     budget = min(data.max_instance_tokens if data.max_instance_tokens > 0 else max_pos, max_pos)
     costs = sentence_costs(corpus)           # the training split's rule (SPEC §2.3): add while C + c_k < budget
     rows = []
@@ -59,8 +63,10 @@ def teacher_forced(translator, corpus: Corpus, rows: np.ndarray, *, max_tokens: 
     attention entropy when ``probe``."""
     model, device = translator.model, translator.device
     iset = InstanceSet(corpus, rows, translator.joiner)
+    # a DocFlat model scores every instance alone: candidates must not see each other through FBA
+    alone = 1 if translator.cfg.model.method == "docflat" else None
     batches = token_batches(iset.src_lens, iset.tgt_lens, max_tokens or translator.cfg.decode.max_tokens,
-                            shuffle=False, order=translator.cfg.data.batch_order)
+                            shuffle=False, max_sentences=alone)
     pad = translator.vocab.pad
     with tqdm(total=len(rows), desc=desc, unit="inst", disable=not progress, leave=False) as bar:
         for idx in batches:

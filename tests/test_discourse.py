@@ -148,6 +148,8 @@ MODELS = {
                                  "model.combined_enc_self": 1, "model.combined_dec_self": 1, "model.combined_cross": 1}),
     "doc2sent": ("doc2sent", {"data.context": 2}),
     "context": ("sent2sent", {"model.method": "context_transformer", "data.context_input": 2}),
+    "docflat": ("pseudodoc", {"model.method": "docflat", "data.separator": "global_index",
+                              "data.batch_order": "ordered", "data.context": 2}),
 }
 
 
@@ -169,20 +171,22 @@ def incremental_score(tr: Translator, doc: Document) -> float:
     vocab, joiner, model = tr.vocab, tr.joiner, tr.model
     enc = lambda texts, side: [np.asarray(vocab.encode(t, side), dtype=np.int32) for t in texts]  # noqa: E731
     src_sents, tgt_sents = enc(doc.src, "src"), enc(doc.tgt, "tgt")
-    sentence_level = not tr.cfg.data.is_document_level
-    if tr.cfg.data.mode == "doc2sent":
+    mode = tr.cfg.data.mode
+    sentence_level = not tr.cfg.data.is_document_level and mode != "pseudodoc"
+    if mode in ("doc2sent", "pseudodoc"):
         src_sents = src_sents[-1 - tr.cfg.data.context:]
     elif sentence_level:
         src_sents = src_sents[-1:]
+    first = len(tgt_sents) - len(src_sents) + 1 if mode == "pseudodoc" else 1    # index of the first sentence
     inputs = {}
     if joiner.context_sents:
         previous = enc(doc.src, "src")[:-1][-joiner.context_sents:]
         ctx = np.concatenate([*previous, [vocab.eos]])
         inputs["ctx"] = torch.as_tensor(ctx, dtype=torch.long)[None]
-    targets = tgt_sents[-1:] if sentence_level else tgt_sents
-    prefix = [] if sentence_level else joiner.prefix([list(t) for t in tgt_sents[:-1]])
-    tgt_in, labels = joiner.decoder_io(targets)
-    src = torch.as_tensor(joiner.source(src_sents), dtype=torch.long)[None]
+    targets = tgt_sents[-1:] if sentence_level else tgt_sents[first - 1:]
+    prefix = [] if sentence_level else joiner.prefix([list(t) for t in targets[:-1]], first)
+    tgt_in, labels = joiner.decoder_io(targets, first)
+    src = torch.as_tensor(joiner.source(src_sents, first), dtype=torch.long)[None]
     tgt_in = torch.as_tensor(tgt_in, dtype=torch.long)[None]
     total, cache = 0.0, {}
     with torch.no_grad():
