@@ -1,5 +1,5 @@
 """The ``docnmt`` command: prepare, train, translate, evaluate, average, quickstart, presets, probe,
-score-contrastive, entropy, compare.
+score-contrastive, entropy, fba-map, compare.
 
 Flags follow fairseq's vocabulary (``--max-tokens``, ``--update-freq``, ``--lenpen``,
 ``--max-len-a/b``, ``--patience``, ...). Errors in the user's input are printed as one line and
@@ -192,6 +192,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--quiet", "-q", action="store_true")
+
+    p = sub.add_parser("fba-map", help="DocFlat: the encoder flat-batch attention of one decoding batch, per sentence pair (PNG)")
+    p.add_argument("model", help="DocFlat model directory")
+    p.add_argument("--src", "-i", required=True, help="source documents (any input format)")
+    p.add_argument("--format", default="auto", help="input format (as for translate)")
+    p.add_argument("--doc", type=int, default=1, help="document number (1-based)")
+    p.add_argument("--start", type=int, default=1, help="first sentence of the batch (1-based)")
+    p.add_argument("--batch-size", type=int, default=16, help="sentences per batch (the decoding batch)")
+    p.add_argument("--output", "-o", required=True, help="PNG to write; never overwritten without --force")
+    p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
+    p.add_argument("--device", help="cpu | cuda")
+    p.add_argument("--force", action="store_true")
 
     p = sub.add_parser("compare", help="one table (Markdown, CSV) of all metrics of several systems on the same test data")
     p.add_argument("runs", nargs="+", metavar="RUN", help="model directories or translation files, optionally NAME=PATH")
@@ -426,6 +438,26 @@ def cmd_entropy(args) -> int:
     return 0
 
 
+def cmd_fba_map(args) -> int:
+    from .docflat import plot_attention_map, sentence_attention_map
+    from .readers import read_documents
+    from .translate import Translator
+    if Path(args.output).exists() and not args.force:
+        raise DocnmtError(f"{args.output} exists; pass --force to overwrite it")
+    docs = read_documents(args.src, fmt=args.format)
+    if not 1 <= args.doc <= len(docs):
+        raise DocnmtError(f"--doc {args.doc}: the input has {len(docs)} documents")
+    translator = Translator.load(args.model, args.checkpoint, args.device)
+    weights, sents = sentence_attention_map(translator, docs[args.doc - 1], args.start - 1, args.batch_size)
+    plot_attention_map(weights, sents, args.output,
+                       f"document {docs[args.doc - 1].docid}: encoder FBA, sentences {sents[0]}-{sents[-1]}")
+    own = weights.diagonal().mean().item()
+    print(f"sentences {sents[0]}-{sents[-1]}: mean weight to the same sentence {own:.4f}, "
+          f"to others {(weights.sum() - weights.diagonal().sum()).item() / max(weights.numel() - len(sents), 1):.4f}; "
+          f"wrote {args.output}")
+    return 0
+
+
 def cmd_compare(args) -> int:
     from .compare import compare
     compare(args.runs, args.src, args.ref, args.out, baseline=args.baseline, fmt=args.format, suites=args.suite,
@@ -466,7 +498,8 @@ def cmd_presets(args) -> int:
 
 VERBS = {"prepare": cmd_prepare, "train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate,
          "average": cmd_average, "quickstart": cmd_quickstart, "presets": cmd_presets, "probe": cmd_probe,
-         "score-contrastive": cmd_score_contrastive, "entropy": cmd_entropy, "compare": cmd_compare}
+         "score-contrastive": cmd_score_contrastive, "entropy": cmd_entropy, "fba-map": cmd_fba_map,
+         "compare": cmd_compare}
 
 if __name__ == "__main__":
     sys.exit(main())

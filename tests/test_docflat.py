@@ -259,3 +259,28 @@ def test_docflat_needs_pseudodocs_in_ordered_batches():
     cfg = Config.load("docflat_small").override({"data.batch_order": "sorted"})
     with pytest.raises(ConfigError):
         build_model(cfg, type("V", (), {"__len__": lambda s: 60, "pad": 0})())
+
+
+@pytestmark_data
+def test_fba_map_cli(tmp_path, run_cli):
+    """The sentence-level map of the encoder FBA: every query sentence's weights, times the key
+    sentences' token counts, sum to 1; the PNG is written and never overwritten."""
+    data = tiny_data(tmp_path)
+    cfg = tiny_config("pseudodoc", max_update=3).override(
+        {"model.method": "docflat", "data.separator": "global_index", "data.batch_order": "ordered", "data.context": 2})
+    Trainer(cfg, data, tmp_path / "df", progress_bar=False).train()
+    tr = Translator.load(tmp_path / "df", device="cpu")
+    from docnmt.readers import read_documents
+    doc = read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[1]
+    weights, sents = docflat.sentence_attention_map(tr, doc, start=4, batch=6)
+    assert sents == list(range(3, 11)) and weights.shape == (8, 8)    # sentences 5-10 and their context 3-4
+    corpus = Corpus.encode([doc], tr.vocab)
+    copies = torch.tensor([min(i + 2, 9) - max(i, 4) + 1 for i in range(2, 10)], dtype=torch.float)   # pseudo-docs holding sentence i
+    tokens = torch.tensor([len(corpus.src[i]) + 2 for i in range(2, 10)], dtype=torch.float)
+    torch.testing.assert_close(weights @ (copies * tokens), torch.ones(8), rtol=1e-4, atol=1e-4)
+    out = tmp_path / "map.png"
+    status, text, _ = run_cli("fba-map", tmp_path / "df", "-i", tmp_path / "raw/ted.en", "--doc", 2, "--start", 5,
+                              "--batch-size", 6, "-o", out)
+    assert status == 0 and out.stat().st_size > 1000 and "sentences 3-10" in text
+    status, _, err = run_cli("fba-map", tmp_path / "df", "-i", tmp_path / "raw/ted.en", "-o", out)
+    assert status == 2 and "exists" in err
