@@ -8,6 +8,9 @@ with a neural context gate (NCG) on the input embeddings.
   removed, and attended with multi-head attention -- on the decoder side causally over the
   flattened index (``flat_dec_mask: flattened``, paper-literal) or over time steps of every
   instance (``time_aligned``, C10) -- then Ĥ goes back to (n, m, e) (pads get 0).
+* ``flat_block: abd`` is the paper's ABD baseline in the same place (encoder side): instances
+  mean-pooled, attended across the batch, broadcast back; with ``flat_gate: identity`` it is the
+  paper's LN(H + ·).
 * The gate: g = σ(ψ(Ĥ)) with ψ a position-wise Linear(e, e) (C11, bias 0 at start, C17);
   H' = LN((1 − g) ⊙ H + g ⊙ drop(Ĥ)). ``discrete`` (DocFlat_D) uses 1[g ≥ γ] forward and
   ∂g/∂s backward (straight-through, C12); ``identity`` (DocFlat_I) is LN(H + drop(Ĥ)).
@@ -32,6 +35,7 @@ from .model import (AttentionPolicy, AttnSpec, KVCache, Layer, Linear, ModelConf
                     Sublayer, Transformer, attention_reference, decoder_layer, encoder_layer)
 
 GATES = ("continuous", "discrete", "identity")
+BLOCKS = ("fba", "abd")
 DEC_MASKS = ("flattened", "time_aligned")
 SIDES = ("both", "encoder", "decoder")
 
@@ -60,12 +64,15 @@ class FlatBatchSublayer(Sublayer):
         super().__init__(cfg.d_model, cfg.dropout, cfg.pre_norm)
         self.side, self.gate_kind, self.gamma = side, cfg.flat_gate, cfg.flat_gamma
         self.time_aligned = side == "dec" and cfg.flat_dec_mask == "time_aligned"
+        self.block = cfg.flat_block
         self.attn = MultiheadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, f"{side}.fba")
         if self.gate_kind != "identity":
             self.gate = Linear(cfg.d_model, cfg.d_model)       # ψ
 
     def transform(self, x: Tensor, state: State) -> Tensor:
         pad = state.specs[f"{self.side}_fba"].mask[:, 0, 0, -x.size(1):]
+        if self.block == "abd":
+            return self._between_datapoints(x, pad)
         if state.cache is not None and self.side == "dec":
             return self._incremental(x, state)
         flat, idx = flatten_batch(x, pad)
@@ -75,6 +82,14 @@ class FlatBatchSublayer(Sublayer):
             pos = torch.arange(x.size(1), device=x.device).repeat(x.size(0))[idx]
             spec = AttnSpec(mask=(pos[None, :] > pos[:, None])[None, None])
         return unflatten_batch(self.attn(flat, flat, spec), idx, x.shape)
+
+    def _between_datapoints(self, x: Tensor, pad: Tensor) -> Tensor:
+        """The ABD baseline: each instance mean-pooled over its real tokens, attention across the
+        n instances of the batch, the result broadcast back to every token of the instance."""
+        real = (~pad).to(x.dtype)[..., None]
+        pooled = (x * real).sum(1) / real.sum(1).clamp_min(1)                  # (n, e)
+        mixed = self.attn(pooled[None], pooled[None], AttnSpec())[0]           # (n, e)
+        return mixed[:, None, :].expand_as(x) * real
 
     def _incremental(self, x: Tensor, state: State) -> Tensor:
         """Decoder FBA while decoding: the new tokens of every row attend to the cached prefixes
@@ -123,9 +138,11 @@ class DocFlatPolicy(AttentionPolicy):
 
 def build(cfg: ModelConfig) -> Transformer:
     for value, allowed, key in ((cfg.flat_gate, GATES, "flat_gate"), (cfg.flat_dec_mask, DEC_MASKS, "flat_dec_mask"),
-                                (cfg.flat_sides, SIDES, "flat_sides")):
+                                (cfg.flat_sides, SIDES, "flat_sides"), (cfg.flat_block, BLOCKS, "flat_block")):
         if value not in allowed:
             raise ConfigError(f"unknown {key} {value!r}; choose one of {', '.join(allowed)}")
+    if cfg.flat_block == "abd" and cfg.flat_sides != "encoder":
+        raise ConfigError("the ABD baseline is an encoder-side block: set model.flat_sides: encoder")
 
     def with_fba(make, side: str, on: bool):
         def make_layer(c: ModelConfig, i: int) -> Layer:

@@ -76,6 +76,7 @@ class ModelConfig:
     context_in: str = "both"          # both | encoder | decoder
     # DocFlat (docnmt/docflat.py, SPEC §5): flat-batch attention + neural context gate on the
     # input embeddings of the encoder and/or decoder
+    flat_block: str = "fba"           # fba: flat-batch attention | abd: the ABD baseline (attention between pooled instances)
     flat_sides: str = "both"          # both | encoder | decoder
     flat_gate: str = "continuous"     # continuous (DocFlat_C) | discrete (DocFlat_D) | identity (DocFlat_I)
     flat_gamma: float = 0.5           # threshold of the discrete gate
@@ -480,8 +481,9 @@ class MultiheadAttention(nn.Module):
 class KVCache:
     """The keys and values of one self-attention over the decoded prefix, (rows, heads, length,
     d_head), kept in buffers with room to grow: a step writes its keys in place, and reordering
-    rows (beam search) copies the filled part into a second buffer that is then swapped in, so
-    decoding steps neither concatenate nor allocate."""
+    rows (beam search) copies the rows that changed in place, or, when most did, the filled part
+    into a second buffer that is then swapped in, so decoding steps neither concatenate nor
+    allocate."""
 
     def __init__(self):
         self.bufs: list[tuple[Tensor, Tensor] | None] = [None, None]
@@ -508,8 +510,15 @@ class KVCache:
         return self._view()
 
     def index_select(self, index: Tensor) -> "KVCache":
-        """Keep rows ``index`` (in place; returns self)."""
+        """Keep rows ``index`` (in place; returns self). When few rows change (beam search
+        often keeps a hypothesis where it was), only those are copied."""
         kb = self.bufs[0][0]
+        if index.numel() == self.rows and index.device.type == "cpu":     # (no host sync on GPU)
+            changed = (index != torch.arange(self.rows, device=index.device)).nonzero().squeeze(1)
+            if 2 * changed.numel() <= self.rows:
+                for t in self._view():
+                    t[changed] = t[index[changed]]          # gathered first, then written
+                return self
         spare = self.bufs[1]
         if spare is None or spare[0].size(0) < index.numel():
             spare = tuple(t.new_empty(index.numel(), *t.shape[1:]) for t in self.bufs[0])

@@ -284,3 +284,18 @@ def test_fba_map_cli(tmp_path, run_cli):
     assert status == 0 and out.stat().st_size > 1000 and "sentences 3-10" in text
     status, _, err = run_cli("fba-map", tmp_path / "df", "-i", tmp_path / "raw/ted.en", "-o", out)
     assert status == 2 and "exists" in err
+
+
+def test_abd_baseline_pools_instances_and_attends_across_them():
+    sub = fba(cfg_with(flat_block="abd", flat_sides="encoder"), "enc")
+    x, pad = batch()
+    out = run(sub, x, pad)
+    assert out[pad].abs().sum() == 0
+    for j in range(3):                                    # one vector per instance, on its real tokens
+        real = out[j][~pad[j]]
+        torch.testing.assert_close(real, real[:1].expand_as(real))
+    y = x.clone()
+    y[2, 0] += 1.0
+    assert not torch.allclose(run(sub, y, pad)[0], out[0])     # instances see each other
+    with pytest.raises(ConfigError):
+        docflat.build(cfg_with(flat_block="abd"))              # encoder side only
