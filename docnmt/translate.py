@@ -8,7 +8,7 @@ translation came back empty or merged are counted in the coverage report.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -179,7 +179,9 @@ class Translator:
         path = getattr(search, "first_pass", "")
         if path:
             other = Translator.load(path, device=str(self.device))
-            out, _ = other.translate([Document(d.docid, d.src) for d in docs], other.cfg.decode)
+            own = other.cfg.decode               # the user's search settings, the sentence model's batching
+            out, _ = other.translate([Document(d.docid, d.src) for d in docs],
+                                     replace(search, max_sentences=own.max_sentences, max_tokens=own.max_tokens))
             texts = [t for d in out for t in d.tgt]
             return [[ids] for ids in self.vocab.encode_batch(texts, "tgt")]
         rows = sent_instances(corpus)
