@@ -510,10 +510,17 @@ class InstanceSet:
     def __init__(self, corpus: Corpus, rows: np.ndarray, joiner: Joiner):
         self.corpus, self.rows, self.joiner = corpus, rows, joiner
         start, end, tstart = rows[:, 0], rows[:, 1], rows[:, 2]
-        doc_start = corpus.doc_offsets[np.searchsorted(corpus.doc_offsets, start, side="right") - 1]
+        doc = np.searchsorted(corpus.doc_offsets, start, side="right") - 1
+        doc_start = corpus.doc_offsets[doc]
         self.first, self.tfirst = start - doc_start + 1, tstart - doc_start + 1   # 1-based in the document
         csum = np.concatenate([[0], np.cumsum(corpus.src.lengths)])
         self.src_lens = csum[end] - csum[start] + joiner.overhead(end - start, "src")
+        self.ctx_lens = None                   # lengths of the context input (see context())
+        if joiner.context_sents > 0:
+            self.ctx_lens = csum[start] - csum[np.maximum(doc_start, start - joiner.context_sents)] + 1
+            if joiner.context_self:
+                own = np.asarray(corpus.sentence_level, dtype=bool)[doc]
+                self.ctx_lens = np.where(own, csum[start + 1] - csum[start] + 1, self.ctx_lens)
         if corpus.tgt is not None:
             tsum = np.concatenate([[0], np.cumsum(corpus.tgt.lengths)])
             self.tgt_lens = tsum[end] - tsum[tstart] + joiner.overhead(end - tstart, "tgt")
@@ -544,6 +551,14 @@ class InstanceSet:
         else:
             sents = [self.corpus.src[i] for i in range(max(doc_start, a - self.joiner.context_sents), a)]
         return np.concatenate([*sents, [self.joiner.vocab.eos]]).astype(np.int32)
+
+    def batches(self, max_tokens: int, *, with_target: bool = True, **kw) -> list[np.ndarray]:
+        """:func:`token_batches` of these instances. The context input counts like the source
+        and target, so a context model's batch stays within ``max_tokens`` on every input (its
+        contexts are often several times longer than its sentences); ``with_target=False``
+        ignores target lengths (decoding)."""
+        tgt = self.tgt_lens if with_target else np.zeros_like(self.src_lens)
+        return token_batches(self.src_lens, tgt, max_tokens, ctx_lens=self.ctx_lens, **kw)
 
     def collate(self, indices: list[int] | np.ndarray) -> dict:
         vocab = self.joiner.vocab
@@ -592,15 +607,18 @@ def pad_batch(seqs: list[np.ndarray], pad: int) -> torch.Tensor:
 
 def token_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int = 0,
                   epoch: int = 0, shuffle: bool = True, max_sentences: int | None = None,
-                  order: str = "sorted") -> list[np.ndarray]:
+                  order: str = "sorted", ctx_lens: np.ndarray | None = None) -> list[np.ndarray]:
     """Length-bucketed batches whose padded size ``n · max(max_src, max_tgt)`` stays within
-    ``max_tokens`` (fairseq's rule); instances longer than the budget form their own batch.
+    ``max_tokens`` (fairseq's rule; with ``ctx_lens``, a context input's length counts too);
+    instances longer than the budget form their own batch.
     ``order="ordered"``: runs of consecutive instances instead of length buckets (a batch is a
     stretch of a document, DocFlat's global context, SPEC §5.4), of which only the order of
     whole batches is shuffled; ``"strict"``: never shuffled.
     Deterministic for (seed, epoch): the order is what an interrupted run resumes into."""
     rng = np.random.default_rng([seed, epoch])
     size = np.maximum(src_lens, tgt_lens)
+    if ctx_lens is not None:
+        size = np.maximum(size, ctx_lens)
     if order == "sorted":
         tie = rng.random(len(size)) if shuffle else np.arange(len(size))
         order = np.lexsort((tie, src_lens, size))

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .data import Corpus, InstanceSet, build_instances, model_inputs, sentence_costs, token_batches
+from .data import Corpus, InstanceSet, build_instances, model_inputs, sentence_costs
 from .document import Document
 from .errors import DataError
 from .model import AttentionProbe
@@ -65,8 +65,7 @@ def teacher_forced(translator, corpus: Corpus, rows: np.ndarray, *, max_tokens: 
     iset = InstanceSet(corpus, rows, translator.joiner)
     # a DocFlat model scores every instance alone: candidates must not see each other through FBA
     alone = 1 if translator.cfg.model.method == "docflat" else None
-    batches = token_batches(iset.src_lens, iset.tgt_lens, max_tokens or translator.cfg.decode.max_tokens,
-                            shuffle=False, max_sentences=alone)
+    batches = iset.batches(max_tokens or translator.cfg.decode.max_tokens, shuffle=False, max_sentences=alone)
     pad = translator.vocab.pad
     with tqdm(total=len(rows), desc=desc, unit="inst", disable=not progress, leave=False) as bar:
         for idx in batches:

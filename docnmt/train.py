@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from .checkpoint import (WEIGHTS, atomic_write, last_checkpoint, load_state, load_weights, save_checkpoint,
                          save_weights)
 from .config import Config
-from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, token_batches, word_dropout
+from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, word_dropout
 from .errors import DocnmtError
 from .model import AttentionProbe, module_kind
 from .translate import Translator, build_model
@@ -334,8 +334,7 @@ class Trainer:
     # ---- the loop ----------------------------------------------------------------------------
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         tc = self.cfg.train
-        batches = token_batches(self.train_set.src_lens, self.train_set.tgt_lens, tc.max_tokens, tc.seed, epoch,
-                                order=self.cfg.data.batch_order)
+        batches = self.train_set.batches(tc.max_tokens, seed=tc.seed, epoch=epoch, order=self.cfg.data.batch_order)
         usable = len(batches) - len(batches) % self.dist.world
         return batches[self.dist.rank: usable: self.dist.world]
 
@@ -438,8 +437,7 @@ class Trainer:
         loss = nll = 0.0
         ntok = 0
         entropy = EntropyMeter() if self.cfg.train.attention_entropy else None
-        for b in token_batches(self.valid.src_lens, self.valid.tgt_lens, self.cfg.train.max_tokens, shuffle=False,
-                               order=self.cfg.data.batch_order):
+        for b in self.valid.batches(self.cfg.train.max_tokens, shuffle=False, order=self.cfg.data.batch_order):
             batch = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in self.valid.collate(b).items()}
             with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                                 enabled=self.amp_dtype is not None), \

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from . import context_transformer, docflat, gtransformer, ptransformer
 from .checkpoint import WEIGHTS, load_weights
 from .config import Config
-from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, sent_instances, token_batches
+from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, sent_instances
 from .document import Document
 from .errors import ConfigError, DataError, DocnmtError
 from .model import AttentionPolicy, Transformer
@@ -195,10 +195,9 @@ class Translator:
         forced_from = outputs if forced_from is None else forced_from
         iset = InstanceSet(corpus, rows, self.joiner)
         sentence_targets = not self.cfg.data.is_document_level
-        batches = token_batches(iset.src_lens, np.zeros_like(iset.src_lens),
-                                getattr(search, "max_tokens", self.cfg.decode.max_tokens), shuffle=False,
-                                max_sentences=getattr(search, "max_sentences", self.cfg.decode.max_sentences),
-                                order=self.cfg.data.batch_order)
+        batches = iset.batches(getattr(search, "max_tokens", self.cfg.decode.max_tokens), with_target=False,
+                               shuffle=False, order=self.cfg.data.batch_order,
+                               max_sentences=getattr(search, "max_sentences", self.cfg.decode.max_sentences))
         amp = autocast_dtype(getattr(search, "precision", "auto"), self.device)
         for idx in batches:
             batch = iset.collate(idx)

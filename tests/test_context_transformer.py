@@ -26,6 +26,19 @@ def test_context_is_the_previous_source_sentences_then_eos(tiny_corpus, tiny_voc
     assert iset.context(d1).tolist() == [eos]                            # never across documents
     batch = iset.collate([d0, d0 + 3])
     assert batch["ctx"].shape[0] == 2 and batch["ctx"][0, 0] == eos and (batch["ctx"][0, 1:] == 0).all()
+    assert iset.ctx_lens.tolist() == [len(iset.context(k)) for k in range(len(iset))]
+
+
+def test_batches_count_the_context_length(tiny_corpus, tiny_vocab):
+    """Contexts are longer than their sentences: a batch's padded context input must stay
+    within --max-tokens like its source and target."""
+    iset = InstanceSet(tiny_corpus, sent_instances(tiny_corpus), make_joiner(tiny_vocab, "index", 2))
+    assert iset.ctx_lens.mean() > 1.5 * iset.src_lens.mean()
+    for b in iset.batches(200, seed=1, epoch=1):
+        batch = iset.collate(b)
+        assert len(b) == 1 or batch["ctx"].numel() <= 200
+        assert len(b) == 1 or batch["src"].numel() <= 200
+    assert sorted(np.concatenate(iset.batches(200, seed=1, epoch=1)).tolist()) == list(range(len(iset)))
 
 
 def test_gate_is_per_position_and_channel_in_0_1():
@@ -110,3 +123,5 @@ def test_sentence_pairs_mixed_into_step_2_get_their_own_source_as_context(tiny_v
     assert own.context(1).tolist() == corpus.src[0].tolist() + [eos]
     plain = InstanceSet(corpus, sent_instances(corpus), make_joiner(tiny_vocab, "index", 2))
     assert plain.context(2).tolist() == [eos]
+    for iset in (own, plain):
+        assert iset.ctx_lens.tolist() == [len(iset.context(k)) for k in range(len(iset))]

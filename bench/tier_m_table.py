@@ -1,0 +1,45 @@
+"""One Markdown table of Tier M runs: updates, trained parameters, validation loss, BLEU.
+
+    python bench/tier_m_table.py runs/tierm/sent2sent runs/tierm/ctx_step2 ...
+
+Reads each model directory's ``metrics.jsonl`` (the last validation) and the ``valid.ted.json`` /
+``valid.news.json`` written by ``docnmt evaluate --json`` (as ``bench/tier_m*.sh`` do), and prints
+cased s-BLEU and d-BLEU per validation set.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+SETS = ("ted", "news")
+
+
+def row(run: Path) -> list[str]:
+    history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    valid = [r for r in history if "valid_loss" in r]
+    last = valid[-1] if valid else {}
+    cells = [run.name, f"{last.get('updates', 0):,}", f"{last.get('valid_loss', float('nan')):.2f}",
+             f"{last.get('valid_nll_loss', float('nan')):.2f}", f"{last.get('valid_ppl', float('nan')):.1f}"]
+    for s in SETS:
+        path = run / f"valid.{s}.json"
+        if path.exists():
+            r = json.loads(path.read_text())
+            sb = r["s_bleu"]["score"] if r.get("s_bleu") else float("nan")
+            cells.append(f"{sb:.2f} / {r['d_bleu']['score']:.2f}")
+        else:
+            cells.append("–")
+    return cells
+
+
+def main(runs: list[str]) -> None:
+    head = ["run", "updates", "valid loss (bits)", "valid NLL (bits)", "valid ppl",
+            *(f"{s} s-BLEU / d-BLEU" for s in SETS)]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for run in runs:
+        print("| " + " | ".join(row(Path(run))) + " |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
