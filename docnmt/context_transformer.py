@@ -38,6 +38,8 @@ class GatedContextSublayer(Sublayer):
 
     def transform(self, x: Tensor, state: State) -> Tensor:
         ctx, ctx_pad = state.extra["context"], state.extra["context_pad"]
+        if ctx_pad.size(0) != x.size(0):    # beams share their input's context (folded like cross-attention)
+            ctx_pad = ctx_pad.repeat_interleave(state.beams, 0)
         return self.attn(x, ctx, AttnSpec(mask=ctx_pad[:, None, None, :]), state.cache, static_kv=True)
 
     def combine(self, x: Tensor, y: Tensor) -> Tensor:

@@ -802,11 +802,12 @@ class Decoder(Encoder):
 @dataclass
 class EncoderOut:
     """The encoder's output; ``extra`` holds a method's batch-first tensors for the decoder
-    (e.g. an encoded context), reordered with the rest when beams are selected.
+    (e.g. an encoded context), one row per input like ``memory``.
 
-    In beam search (:meth:`expand_beams`) every row is repeated once per beam except ``memory``,
-    which keeps one row per input (``beams`` decoder rows share it): cross-attention then reads
-    each input's keys and values once for all its beams instead of once per beam."""
+    In beam search (:meth:`expand_beams`) every row is repeated once per beam except ``memory``
+    and ``extra``, which keep one row per input (``beams`` decoder rows share it): attention to
+    them (cross-attention, a context attention) reads each input's keys and values once for all
+    its beams instead of once per beam."""
 
     src: Tensor
     pad: Tensor
@@ -817,14 +818,14 @@ class EncoderOut:
     def expand_beams(self, k: int) -> "EncoderOut":
         rows = torch.arange(self.src.size(0), device=self.src.device).repeat_interleave(k)
         out = self.select(rows)
-        return replace(out, memory=self.memory, beams=k)
+        return replace(out, memory=self.memory, extra=self.extra, beams=k)
 
     def select(self, index: Tensor) -> "EncoderOut":
-        """Rows ``index``; with beams, whole beam groups (the memory follows their inputs)."""
+        """Rows ``index``; with beams, whole beam groups (memory and extra follow their inputs)."""
         mem_index = index if self.beams == 1 else index.view(-1, self.beams)[:, 0] // self.beams
         return EncoderOut(self.src.index_select(0, index), self.pad.index_select(0, index),
                           self.memory.index_select(0, mem_index),
-                          {k: v.index_select(0, index) for k, v in self.extra.items()}, self.beams)
+                          {k: v.index_select(0, mem_index) for k, v in self.extra.items()}, self.beams)
 
 
 class Transformer(nn.Module):
