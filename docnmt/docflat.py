@@ -8,6 +8,8 @@ with a neural context gate (NCG) on the input embeddings.
   removed, and attended with multi-head attention -- on the decoder side causally over the
   flattened index (``flat_dec_mask: flattened``, paper-literal) or over time steps of every
   instance (``time_aligned``, C10) -- then Ĥ goes back to (n, m, e) (pads get 0).
+  ``flat_scope: current`` (C9) restricts what an instance sees of the others to their current
+  sentence (the tokens from the last ``<sepj>`` on); its own tokens stay visible.
 * ``flat_block: abd`` is the paper's ABD baseline in the same place (encoder side): instances
   mean-pooled, attended across the batch, broadcast back; with ``flat_gate: identity`` it is the
   paper's LN(H + ·).
@@ -38,6 +40,7 @@ GATES = ("continuous", "discrete", "identity")
 BLOCKS = ("fba", "abd")
 DEC_MASKS = ("flattened", "time_aligned")
 SIDES = ("both", "encoder", "decoder")
+SCOPES = ("all", "current")
 
 
 def flatten_batch(x: Tensor, pad: Tensor) -> tuple[Tensor, Tensor]:
@@ -76,12 +79,28 @@ class FlatBatchSublayer(Sublayer):
         if state.cache is not None and self.side == "dec":
             return self._incremental(x, state)
         flat, idx = flatten_batch(x, pad)
-        causal = self.side == "dec"
-        spec = AttnSpec(is_causal=causal and not self.time_aligned)
+        return unflatten_batch(self.attn(flat, flat, self.flat_spec(x, idx, state)), idx, x.shape)
+
+    def flat_spec(self, x: Tensor, idx: Tensor, state: State) -> AttnSpec:
+        """The mask over the flattened real positions ``idx`` of the (n, m) batch: causal on
+        the decoder side (over the flattened index, or over time steps when time-aligned), and
+        under ``flat_scope: current`` another instance's context tokens hidden."""
+        n, m = x.shape[:2]
+        causal = self.side == "dec" and not self.time_aligned
+        private = state.specs.get(f"{self.side}_fba_private")
+        if private is None and not self.time_aligned:
+            return AttnSpec(is_causal=causal)
+        flat_pos = torch.arange(n * m, device=x.device)[idx]
+        inst, pos = flat_pos // m, flat_pos % m
         if self.time_aligned:           # key (j', t') visible to query (j, t) iff t' <= t
-            pos = torch.arange(x.size(1), device=x.device).repeat(x.size(0))[idx]
-            spec = AttnSpec(mask=(pos[None, :] > pos[:, None])[None, None])
-        return unflatten_batch(self.attn(flat, flat, spec), idx, x.shape)
+            blocked = pos[None, :] > pos[:, None]
+        else:
+            blocked = flat_pos[None, :] > flat_pos[:, None] if causal else torch.zeros(
+                len(idx), len(idx), dtype=torch.bool, device=x.device)
+        if private is not None:         # C9: keys of other instances only in their current sentence
+            hidden = private.mask[:, 0, 0, -m:].reshape(-1)[idx]
+            blocked = blocked | (hidden[None, :] & (inst[None, :] != inst[:, None]))
+        return AttnSpec(mask=blocked[None, None])
 
     def _between_datapoints(self, x: Tensor, pad: Tensor) -> Tensor:
         """The ABD baseline: each instance mean-pooled over its real tokens, attention across the
@@ -107,10 +126,14 @@ class FlatBatchSublayer(Sublayer):
         inst_k = torch.arange(B, device=dev).repeat_interleave(t)
         pos_k = torch.arange(t, device=dev).repeat(B)
         visible = pos_k[None, :] <= pos_q[:, None]
+        same = inst_k[None, :] == inst_q[:, None]
         if not self.time_aligned:
-            visible = (inst_k[None, :] < inst_q[:, None]) | (visible & (inst_k[None, :] == inst_q[:, None]))
-        key_pad = state.specs["dec_fba"].mask[:, 0, 0, :t].reshape(B, K, t).transpose(0, 1).reshape(K, 1, 1, B * t)
-        out = attention_reference(by_rank(q), by_rank(k), by_rank(v), AttnSpec(mask=~visible[None, None] | key_pad))
+            visible = (inst_k[None, :] < inst_q[:, None]) | (visible & same)
+        keys_of_rank = lambda mask: mask[:, 0, 0, :t].reshape(B, K, t).transpose(0, 1).reshape(K, 1, 1, B * t)  # noqa: E731
+        blocked = ~visible[None, None] | keys_of_rank(state.specs["dec_fba"].mask)
+        if "dec_fba_private" in state.specs:
+            blocked = blocked | (keys_of_rank(state.specs["dec_fba_private"].mask) & ~same)
+        out = attention_reference(by_rank(q), by_rank(k), by_rank(v), AttnSpec(mask=blocked))
         out = out.view(K, h, B, n_new, d).permute(2, 0, 3, 1, 4).reshape(R, n_new, h * d)
         return attn.out_proj(out)
 
@@ -124,25 +147,60 @@ class FlatBatchSublayer(Sublayer):
 
 
 class DocFlatPolicy(AttentionPolicy):
-    """The default specs plus the key padding of each side's flat-batch attention."""
+    """The default specs plus the key padding of each side's flat-batch attention, and under
+    ``flat_scope: current`` (C9) its context tokens (``*_fba_private``): in the source, those
+    before the last index token ``<sepi>``, which starts the current sentence; in the target,
+    those before the same ``<sepi>`` -- all of a prefix that has not reached it yet, so a decoder
+    token is private or not by the same rule in training and in step-by-step decoding."""
+
+    def __init__(self, cfg: ModelConfig, sep_range: tuple[int, int] | None = None):
+        super().__init__(cfg)
+        self.sep_range = sep_range
+
+    @staticmethod
+    def _last(match: Tensor) -> Tensor:
+        """(B, n) -> the position of the last True per row, -1 where none."""
+        pos = torch.arange(1, match.size(1) + 1, device=match.device)
+        return (match.long() * pos).amax(1) - 1
+
+    def _private(self, n: int, start: Tensor) -> Tensor:
+        return (torch.arange(n, device=start.device)[None, :] < start[:, None])[:, None, None, :]
+
+    def _current_sep(self, src: Tensor) -> Tensor:
+        lo, hi = self.sep_range
+        last = self._last((src >= lo) & (src <= hi))
+        return torch.where(last >= 0, src.gather(1, last.clamp_min(0)[:, None])[:, 0], -1)
 
     def encoder_specs(self, src: Tensor, src_pad: Tensor) -> dict[str, AttnSpec]:
-        return {**super().encoder_specs(src, src_pad), "enc_fba": AttnSpec(mask=src_pad[:, None, None, :])}
+        specs = {**super().encoder_specs(src, src_pad), "enc_fba": AttnSpec(mask=src_pad[:, None, None, :])}
+        if self.cfg.flat_scope == "current":
+            specs["enc_fba_private"] = AttnSpec(mask=self._private(src.size(1), self._last(src == self._current_sep(src)[:, None])))
+        return specs
 
     def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int,
                       incremental: bool) -> dict[str, AttnSpec]:
         specs = super().decoder_specs(tgt, src, src_pad, offset, incremental)
         specs["dec_fba"] = AttnSpec(mask=tgt.eq(self.cfg.pad_id)[:, None, None, :], is_causal=True)
+        if self.cfg.flat_scope == "current":
+            sep = self._current_sep(src).repeat_interleave(tgt.size(0) // src.size(0))     # beams: rows input-major
+            start = self._last(tgt == sep[:, None])
+            start = torch.where((start < 0) & (sep >= 0), tgt.size(1), start)   # <sepi> not reached yet
+            specs["dec_fba_private"] = AttnSpec(mask=self._private(tgt.size(1), start))
         return specs
 
 
-def build(cfg: ModelConfig) -> Transformer:
+def build(cfg: ModelConfig, sep_range: tuple[int, int] | None = None) -> Transformer:
+    """A DocFlat model; ``sep_range`` holds the ids of the index tokens ``<sep1>`` … ``<sepN>``
+    (contiguous in a docnmt vocabulary), which mark where ``flat_scope: current`` starts."""
     for value, allowed, key in ((cfg.flat_gate, GATES, "flat_gate"), (cfg.flat_dec_mask, DEC_MASKS, "flat_dec_mask"),
-                                (cfg.flat_sides, SIDES, "flat_sides"), (cfg.flat_block, BLOCKS, "flat_block")):
+                                (cfg.flat_sides, SIDES, "flat_sides"), (cfg.flat_block, BLOCKS, "flat_block"),
+                                (cfg.flat_scope, SCOPES, "flat_scope")):
         if value not in allowed:
             raise ConfigError(f"unknown {key} {value!r}; choose one of {', '.join(allowed)}")
     if cfg.flat_block == "abd" and cfg.flat_sides != "encoder":
         raise ConfigError("the ABD baseline is an encoder-side block: set model.flat_sides: encoder")
+    if cfg.flat_scope == "current" and sep_range is None:
+        raise ConfigError("flat_scope: current needs the ids of the index tokens <sepj> (docflat.build(cfg, sep_range))")
 
     def with_fba(make, side: str, on: bool):
         def make_layer(c: ModelConfig, i: int) -> Layer:
@@ -150,7 +208,7 @@ def build(cfg: ModelConfig) -> Transformer:
             return Layer(list(layer.sublayers), {0: FlatBatchSublayer(c, side)} if on and i == 0 else None)
         return make_layer
 
-    return Transformer(cfg, DocFlatPolicy(cfg), with_fba(encoder_layer, "enc", cfg.flat_sides != "decoder"),
+    return Transformer(cfg, DocFlatPolicy(cfg, sep_range), with_fba(encoder_layer, "enc", cfg.flat_sides != "decoder"),
                        with_fba(decoder_layer, "dec", cfg.flat_sides != "encoder"))
 
 
@@ -181,9 +239,11 @@ def sentence_attention_map(translator, doc, start: int = 0, batch: int = 16) -> 
         for j in reversed(range(len(sents))):
             sent_of[k, : ends[j]] = a + j
     x = model.encoder.embed(src, dropout=False)
-    flat, idx = flatten_batch(x, src.eq(model.cfg.pad_id))
+    pad = src.eq(model.cfg.pad_id)
+    flat, idx = flatten_batch(x, pad)
     q, k, _ = sub.attn._split(sub.attn.project(flat, slice(0, 3))).chunk(3, dim=1)
-    w = attention_weights(q, k, AttnSpec())[0].mean(0).cpu()         # (T, T)
+    spec = sub.flat_spec(x, idx, State(model.policy.encoder_specs(src, pad)))
+    w = attention_weights(q, k, spec)[0].mean(0).cpu()               # (T, T)
     owner = sent_of.reshape(-1)[idx.cpu()]
     first, last = int(rows[:, 0].min()), int(rows[:, 1].max())
     onehot = torch.nn.functional.one_hot(owner - first, last - first).float()     # (T, S)

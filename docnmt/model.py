@@ -81,6 +81,7 @@ class ModelConfig:
     flat_gate: str = "continuous"     # continuous (DocFlat_C) | discrete (DocFlat_D) | identity (DocFlat_I)
     flat_gamma: float = 0.5           # threshold of the discrete gate
     flat_dec_mask: str = "flattened"  # flattened: causal over the flattened batch | time_aligned (C10)
+    flat_scope: str = "all"           # all: every token of the batch (Eq. 7) | current: others' current sentences only (C9)
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,9 +37,12 @@ def fba(cfg, side="enc"):
     return docflat.FlatBatchSublayer(cfg, side).eval()
 
 
-def run(sub, x, pad):
+def run(sub, x, pad, private=None):
     kind = f"{sub.side}_fba"
-    return sub.transform(x, State({kind: docflat.AttnSpec(mask=pad[:, None, None, :])}))
+    specs = {kind: docflat.AttnSpec(mask=pad[:, None, None, :])}
+    if private is not None:
+        specs[f"{kind}_private"] = docflat.AttnSpec(mask=private[:, None, None, :])
+    return sub.transform(x, State(specs))
 
 
 # ---- flat-batch attention ---------------------------------------------------------------------
@@ -124,16 +127,20 @@ def test_closed_gate_makes_instances_independent():
                                                                    for i in range(3)]))
 
 
-@pytest.mark.parametrize("beams", [1, 2])
-def test_incremental_time_aligned_decoding_equals_full_forward_per_rank(beams):
+@pytest.mark.parametrize("beams,scope", [(1, "all"), (2, "all"), (2, "current")])
+def test_incremental_time_aligned_decoding_equals_full_forward_per_rank(beams, scope):
     """Time-aligned decoder FBA decodes incrementally exactly as the full forward of each beam
-    rank's rows (C16: rank r of an instance attends to rank r of the others)."""
-    model = docflat.build(cfg_with(flat_dec_mask="time_aligned")).eval()
+    rank's rows (C16: rank r of an instance attends to rank r of the others), also when only
+    the other instances' current sentences are visible (C9)."""
+    model = docflat.build(cfg_with(flat_dec_mask="time_aligned", flat_scope=scope), SEPS).eval()
     torch.manual_seed(1)
     B, T = 3, 6
-    src = torch.randint(4, 60, (B, 7))
+    src = torch.randint(4, 50, (B, 7))
     src[1, 5:] = 0
-    tgt = torch.randint(4, 60, (B * beams, T))
+    src[:, 0], src[::2, 3] = SEPS[0], SEPS[0] + 1        # current sentences start at 3, 0, 3
+    tgt = torch.randint(4, 50, (B * beams, T))
+    tgt[:, 0] = SEPS[0]
+    tgt[::2, 3] = SEPS[0] + 1                             # some hypotheses have reached it, some not
     with torch.no_grad():
         enc = model.encode(src)
         shared = enc.expand_beams(beams)
@@ -162,9 +169,50 @@ def test_incremental_flattened_decoding_is_causal_over_instances():
 
 
 def test_unknown_options_are_config_errors():
-    for kw in ({"flat_gate": "soft"}, {"flat_dec_mask": "x"}, {"flat_sides": "none"}):
+    for kw in ({"flat_gate": "soft"}, {"flat_dec_mask": "x"}, {"flat_sides": "none"}, {"flat_scope": "x"}):
         with pytest.raises(ConfigError):
             docflat.build(cfg_with(**kw))
+    with pytest.raises(ConfigError):                      # the current sentence is found by its index token
+        docflat.build(cfg_with(flat_scope="current"))
+
+
+SEPS = (50, 59)       # the index tokens <sep1> … <sep10> of the tiny vocabulary below
+
+
+def test_current_sentence_starts_at_the_last_index_token():
+    policy = docflat.DocFlatPolicy(cfg_with(flat_scope="current"), SEPS)
+    tokens = torch.tensor([[50, 7, 8, 2, 51, 9, 2],
+                           [52, 7, 2, 53, 9, 2, 0],
+                           [7, 8, 9, 2, 0, 0, 0]])            # no index token: all current
+    private = policy.encoder_specs(tokens, tokens.eq(0))["enc_fba_private"].mask[:, 0, 0]
+    assert private.tolist() == [[True] * 4 + [False] * 3, [True] * 3 + [False] * 4, [False] * 7]
+    tgt = torch.tensor([[50, 7, 2, 51, 9],
+                        [52, 7, 9, 8, 8],                 # <sep53> not reached yet: all context
+                        [7, 8, 9, 5, 0]])
+    private = policy.decoder_specs(tgt, tokens, tokens.eq(0), 0, False)["dec_fba_private"].mask[:, 0, 0]
+    assert private.tolist() == [[True] * 3 + [False] * 2, [True] * 5, [False] * 5]
+    assert "enc_fba_private" not in docflat.DocFlatPolicy(CFG, SEPS).encoder_specs(tokens, tokens.eq(0))
+
+
+@pytest.mark.parametrize("side", ["enc", "dec"])
+def test_current_scope_hides_the_context_of_other_instances(side):
+    """C9: an instance sees all of its own tokens but only the current sentence of the others."""
+    sub = fba(cfg_with(flat_scope="current"), side)
+    x, pad = batch()
+    pad[:] = False
+    private = torch.zeros(3, 6, dtype=torch.bool)
+    private[:, :3] = True                                 # tokens 0-2 of every instance are context
+    y = x.clone()
+    y[0, 1] += 1.0                                        # context of instance 0
+    a, b = run(sub, x, pad, private), run(sub, y, pad, private)
+    torch.testing.assert_close(a[1:], b[1:])              # hidden from instances 1 and 2
+    assert not torch.allclose(a[0, 1:], b[0, 1:])         # but seen by instance 0 itself
+    z = x.clone()
+    z[0, 4] += 1.0                                        # current sentence of instance 0
+    c = run(sub, z, pad, private)
+    assert not torch.allclose(a[2], c[2])                 # seen by a later instance
+    everything = fba(CFG, side)
+    assert not torch.allclose(run(everything, x, pad)[1:], run(everything, y, pad)[1:])   # scope all: seen
 
 
 # ---- data ---------------------------------------------------------------------------------------
@@ -278,6 +326,11 @@ def test_fba_map_cli(tmp_path, run_cli):
     copies = torch.tensor([min(i + 2, 9) - max(i, 4) + 1 for i in range(2, 10)], dtype=torch.float)   # pseudo-docs holding sentence i
     tokens = torch.tensor([len(corpus.src[i]) + 2 for i in range(2, 10)], dtype=torch.float)
     torch.testing.assert_close(weights @ (copies * tokens), torch.ones(8), rtol=1e-4, atol=1e-4)
+    assert weights[7, 1] > 0                  # sentence 10 sees sentence 4, context of the pseudo-docs of 5 and 6
+    tr.model.cfg.flat_scope = "current"       # C9: now only their current sentences are visible to the others
+    current, _ = docflat.sentence_attention_map(tr, doc, start=4, batch=6)
+    assert current[7, 1] == 0 and current[7, 6] > 0
+    torch.testing.assert_close(current @ (copies * tokens), torch.ones(8), rtol=1e-4, atol=1e-4)
     out = tmp_path / "map.png"
     status, text, _ = run_cli("fba-map", tmp_path / "df", "-i", tmp_path / "raw/ted.en", "--doc", 2, "--start", 5,
                               "--batch-size", 6, "-o", out)
