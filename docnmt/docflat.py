@@ -13,6 +13,8 @@ with a neural context gate (NCG) on the input embeddings.
 * ``flat_block: abd`` is the paper's ABD baseline in the same place (encoder side): instances
   mean-pooled, attended across the batch, broadcast back; with ``flat_gate: identity`` it is the
   paper's LN(H + ·).
+* ``flat_block: mbe`` is the paper's MBE baseline (:class:`MeanBatchEmbedding`): the mean
+  source token embedding of the batch prepended to the source and/or target as a new position.
 * The gate: g = σ(ψ(Ĥ)) with ψ a position-wise Linear(e, e) (C11, bias 0 at start, C17);
   H' = LN((1 − g) ⊙ H + g ⊙ drop(Ĥ)). ``discrete`` (DocFlat_D) uses 1[g ≥ γ] forward and
   ∂g/∂s backward (straight-through, C12); ``identity`` (DocFlat_I) is LN(H + drop(Ĥ)).
@@ -37,7 +39,7 @@ from .model import (AttentionPolicy, AttnSpec, KVCache, Layer, Linear, ModelConf
                     Sublayer, Transformer, attention_reference, decoder_layer, encoder_layer)
 
 GATES = ("continuous", "discrete", "identity")
-BLOCKS = ("fba", "abd")
+BLOCKS = ("fba", "abd", "mbe")
 DEC_MASKS = ("flattened", "time_aligned")
 SIDES = ("both", "encoder", "decoder")
 SCOPES = ("all", "current")
@@ -189,9 +191,61 @@ class DocFlatPolicy(AttentionPolicy):
         return specs
 
 
-def build(cfg: ModelConfig, sep_range: tuple[int, int] | None = None) -> Transformer:
+class MeanBatchEmbedding(Transformer):
+    """The MBE baseline (SPEC §5.3): the mean of the batch's source token embeddings prepended
+    to the source and/or the target (``flat_sides``) as one new position 0. Sequences get a
+    ``placeholder`` token there whose input vector is replaced by sqrt(d)·mean E[x] over every
+    real source token of the batch, plus P[0] (no dropout on it); the decoder's output at that
+    position is dropped, so callers see the usual shapes and positions shift by one. The mean is
+    taken once per batch when encoding and kept in ``EncoderOut.extra`` (one row per input), so
+    while decoding it stays the whole batch's even after some inputs have finished. (The source
+    length of ``--max-len-a/b`` counts the new position.)"""
+
+    def __init__(self, cfg: ModelConfig, placeholder: int):
+        super().__init__(cfg, AttentionPolicy(cfg))
+        self.placeholder = placeholder
+        self.on_src, self.on_tgt = cfg.flat_sides != "decoder", cfg.flat_sides != "encoder"
+
+    def batch_mean(self, src: Tensor) -> Tensor:
+        """(B, n) source tokens -> (B, e): the batch's mean input vector, on every row."""
+        embed, real = self.encoder.embed, src.ne(self.cfg.pad_id)
+        mean = (embed.table(src) * real[..., None]).sum((0, 1)) / real.sum().clamp_min(1)
+        vec = mean * embed.scale + embed.positions(1, 0)[0].to(mean.dtype)
+        return vec.expand(src.size(0), -1)
+
+    def _prepend(self, tokens: Tensor) -> Tensor:
+        return torch.nn.functional.pad(tokens, (1, 0), value=self.placeholder)
+
+    def encode(self, src: Tensor, **inputs: Tensor):
+        enc = super().encode(self._prepend(src) if self.on_src else src, **inputs)
+        enc.extra["mbe"] = self.batch_mean(src)
+        return enc
+
+    def embed_source(self, src: Tensor) -> Tensor:
+        x = super().embed_source(src)
+        if not self.on_src:
+            return x
+        return torch.cat([self.batch_mean(src[:, 1:])[:, None].to(x.dtype), x[:, 1:]], 1)
+
+    def decode(self, tgt_in: Tensor, enc, cache: dict | None = None) -> Tensor:
+        if not self.on_tgt:
+            return super().decode(tgt_in, enc, cache)
+        first = cache is None or not cache.get("_len")
+        out = super().decode(self._prepend(tgt_in), enc, cache)
+        return out[:, 1:] if first else out
+
+    def embed_target(self, tgt_in: Tensor, offset: int, enc) -> Tensor:
+        x = super().embed_target(tgt_in, offset, enc)
+        if not self.on_tgt or offset > 0:
+            return x
+        mean = enc.extra["mbe"].repeat_interleave(enc.beams, 0)        # decoder rows: inputs × beams
+        return torch.cat([mean[:, None].to(x.dtype), x[:, 1:]], 1)
+
+
+def build(cfg: ModelConfig, sep_range: tuple[int, int] | None = None, placeholder: int = 1) -> Transformer:
     """A DocFlat model; ``sep_range`` holds the ids of the index tokens ``<sep1>`` … ``<sepN>``
-    (contiguous in a docnmt vocabulary), which mark where ``flat_scope: current`` starts."""
+    (contiguous in a docnmt vocabulary), which mark where ``flat_scope: current`` starts;
+    ``placeholder`` is the token of the MBE baseline's new position (its vector is replaced)."""
     for value, allowed, key in ((cfg.flat_gate, GATES, "flat_gate"), (cfg.flat_dec_mask, DEC_MASKS, "flat_dec_mask"),
                                 (cfg.flat_sides, SIDES, "flat_sides"), (cfg.flat_block, BLOCKS, "flat_block"),
                                 (cfg.flat_scope, SCOPES, "flat_scope")):
@@ -201,6 +255,8 @@ def build(cfg: ModelConfig, sep_range: tuple[int, int] | None = None) -> Transfo
         raise ConfigError("the ABD baseline is an encoder-side block: set model.flat_sides: encoder")
     if cfg.flat_scope == "current" and sep_range is None:
         raise ConfigError("flat_scope: current needs the ids of the index tokens <sepj> (docflat.build(cfg, sep_range))")
+    if cfg.flat_block == "mbe":
+        return MeanBatchEmbedding(cfg, placeholder)
 
     def with_fba(make, side: str, on: bool):
         def make_layer(c: ModelConfig, i: int) -> Layer:

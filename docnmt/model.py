@@ -76,7 +76,7 @@ class ModelConfig:
     context_in: str = "both"          # both | encoder | decoder
     # DocFlat (docnmt/docflat.py, SPEC §5): flat-batch attention + neural context gate on the
     # input embeddings of the encoder and/or decoder
-    flat_block: str = "fba"           # fba: flat-batch attention | abd: the ABD baseline (attention between pooled instances)
+    flat_block: str = "fba"           # fba: flat-batch attention | abd / mbe: the paper's ABD / MBE baselines
     flat_sides: str = "both"          # both | encoder | decoder
     flat_gate: str = "continuous"     # continuous (DocFlat_C) | discrete (DocFlat_D) | identity (DocFlat_I)
     flat_gamma: float = 0.5           # threshold of the discrete gate
@@ -872,11 +872,19 @@ class Transformer(nn.Module):
         if self.length_scale is not None:
             self.length_scale.encoder(specs, pad)
         extra = self.encode_extra(**inputs)
-        return EncoderOut(src, pad, self.encoder(self.encoder.embed(src), State(specs, extra=extra)), extra)
+        return EncoderOut(src, pad, self.encoder(self.embed_source(src), State(specs, extra=extra)), extra)
 
     def encode_extra(self, **inputs: Tensor) -> dict:
         """Method hook: tensors every layer can read from ``State.extra`` (none here)."""
         return {}
+
+    def embed_source(self, src: Tensor) -> Tensor:
+        """Method hook: the encoder's input vectors for ``src``."""
+        return self.encoder.embed(src)
+
+    def embed_target(self, tgt_in: Tensor, offset: int, enc: EncoderOut) -> Tensor:
+        """Method hook: the decoder's input vectors for the tokens ``tgt_in[:, offset:]``."""
+        return self.decoder.embed(tgt_in[:, offset:], offset)
 
     def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: dict | None = None) -> Tensor:
         """Decoder hidden states for ``tgt_in`` (the whole prefix). With a ``cache``
@@ -887,7 +895,7 @@ class Transformer(nn.Module):
         if self.length_scale is not None:
             self.length_scale.decoder(specs, tgt_in, enc.pad, offset, self.cfg.pad_id)
         state = State(specs, memory=enc.memory, cache=cache, extra=enc.extra, beams=enc.beams)
-        out = self.decoder(self.decoder.embed(tgt_in[:, offset:], offset), state)
+        out = self.decoder(self.embed_target(tgt_in, offset, enc), state)
         if cache is not None:
             cache["_len"] = tgt_in.size(1)
         return out

@@ -44,7 +44,7 @@ def build_model(cfg: Config, vocab: Vocab) -> Transformer:
         if cfg.data.mode != "pseudodoc" or cfg.data.batch_order == "sorted":
             raise ConfigError("a DocFlat model needs pseudo-documents in ordered batches "
                               "(data.mode: pseudodoc, data.batch_order: ordered or strict)")
-        return docflat.build(cfg.model, (vocab.sep(1), vocab.sep(vocab.max_sep)))
+        return docflat.build(cfg.model, (vocab.sep(1), vocab.sep(vocab.max_sep)), vocab.id("<mask>"))
     if cfg.model.method != "transformer":
         raise ConfigError(f"unknown model.method {cfg.model.method!r}; choose transformer, gtransformer, "
                           "ptransformer, context_transformer or docflat")

@@ -352,3 +352,52 @@ def test_abd_baseline_pools_instances_and_attends_across_them():
     assert not torch.allclose(run(sub, y, pad)[0], out[0])     # instances see each other
     with pytest.raises(ConfigError):
         docflat.build(cfg_with(flat_block="abd"))              # encoder side only
+
+
+@pytest.mark.parametrize("sides", ["both", "encoder", "decoder"])
+def test_mbe_baseline_prepends_the_batch_mean_embedding(sides):
+    """MBE (SPEC §5.3): position 0 of the source and/or target is the mean source token
+    embedding of the whole batch; callers see the usual shapes; decoding step by step (with
+    beams) equals the full forward pass."""
+    model = docflat.build(cfg_with(flat_block="mbe", flat_sides=sides), placeholder=1).eval()
+    torch.manual_seed(3)
+    src = torch.randint(4, 60, (3, 7))
+    src[1, 5:] = 0
+    tgt = torch.randint(4, 60, (3, 5))
+    with torch.no_grad():
+        logits = model(src, tgt)
+        assert logits.shape == (3, 5, 60)
+        embed = model.encoder.embed
+        real = src[src.ne(0)]
+        expected = embed.table(real).mean(0) * embed.scale + embed.positions(1)[0]
+        torch.testing.assert_close(model.encode(src).extra["mbe"], expected.expand(3, -1))
+        if sides != "decoder":
+            torch.testing.assert_close(model.embed_source(model._prepend(src))[:, 0], expected.expand(3, -1))
+        other = src.clone()
+        other[2, :3] = torch.randint(4, 60, (3,))         # only instance 2's source changes
+        assert not torch.allclose(model(other, tgt)[0], logits[0])      # instance 0 sees the batch mean
+        padded = torch.nn.functional.pad(src, (0, 2))     # more padding changes nothing
+        torch.testing.assert_close(model(padded, tgt), logits, rtol=1e-4, atol=1e-5)
+        beams = 2
+        enc = model.encode(src)
+        shared = enc.expand_beams(beams)
+        rows = tgt.repeat_interleave(beams, 0)
+        cache: dict = {}
+        steps = torch.cat([model.decode(rows[:, : t + 1], shared, cache) for t in range(5)], 1)
+        torch.testing.assert_close(steps, model.decode(rows, shared), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(steps[::beams], model.decode(tgt, enc), rtol=1e-4, atol=1e-5)
+
+
+@pytestmark_data
+def test_mbe_preset_trains_and_translates(tmp_path):
+    from docnmt.config import Config
+    assert Config.load("mbe_small").model.flat_block == "mbe"
+    data = tiny_data(tmp_path)
+    cfg = tiny_config("pseudodoc", max_update=3).override(
+        {"model.method": "docflat", "model.flat_block": "mbe", "data.separator": "global_index",
+         "data.batch_order": "ordered", "data.context": 2, "decode.max_sentences": 3, "decode.beam": 2})
+    Trainer(cfg, data, tmp_path / "mbe", progress_bar=False).train()
+    tr = Translator.load(tmp_path / "mbe", device="cpu")
+    assert isinstance(tr.model, docflat.MeanBatchEmbedding)
+    out, report = tr.translate([["Hello there.", "How are you today?", "I am fine.", "And you?"]])
+    assert len(out[0].tgt) == 4 and report.instances == 8           # two passes
