@@ -30,7 +30,9 @@ train --arch context_transformer_small --freeze-pretrained false --save-dir $R/c
       --max-update $((S + T)) --warmup-updates "$WARM"
 for name in sent2sent ctx_step2 ctx_scratch; do score $name; done
 python bench/tier_m_table.py $R/sent2sent $R/ctx_step2 $R/ctx_scratch
-[ -d $R/sent2sent_more ] || cp -r $R/sent2sent $R/sent2sent_more   # resumes from step 1's last checkpoint
+if [ ! -d $R/sent2sent_more ]; then   # resumes from step 1's last checkpoint; step 1's decodes are not its own
+  cp -r $R/sent2sent $R/sent2sent_more && rm -f $R/sent2sent_more/valid.*
+fi
 train --arch sent2sent_small --save-dir $R/sent2sent_more --max-update $((S + T)) --warmup-updates "$WARM"
 score sent2sent_more
 python bench/tier_m_table.py $R/sent2sent $R/ctx_step2 $R/ctx_scratch $R/sent2sent_more
