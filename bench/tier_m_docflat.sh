@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Tier M comparison for DocFlat (issue 6; the paper's Table 2 and Figure 6 in miniature), on
+# ../shared/data/ende Tier M data (PROTOCOL.md), fp32. Every system is stage II of SPEC §5.3:
+# fine-tuned for T updates from the same Tier M Sent2Sent model (SENT, trained by
+# bench/tier_m_context.sh), checkpoints every 100 updates, the last 5 averaged, decoded in two
+# passes (pass 1: SENT; pass 2: the system with the context forced) with beam 5, length penalty
+# 1.0, 16 consecutive sentences per decoding batch, and scored on valid ted and news:
+#   pseudodoc_small   the DOC2DOC baseline (same data, batches, fine-tuning, decoding; no FBA)
+#   docflat_small     DocFlat_C          docflat_d_small   DocFlat_D
+# Then BLEU of DocFlat_C on valid ted against the decoding batch size (1, 4, 16, 32).
+# Budget (environment): T=1000 updates. Re-running resumes unfinished runs, skips finished decodes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+T=${T:-1000}; SENT=${SENT:-runs/tierm/sent2sent}
+SYSTEMS=${SYSTEMS:-"pseudodoc_small docflat_small docflat_d_small"}
+DATA=bench/.cache/tier_m
+R=runs/tierm
+[ -f "$SENT/model.safetensors" ] || { echo "needs the Tier M Sent2Sent model $SENT (bash bench/tier_m_context.sh trains it)" >&2; exit 2; }
+python -c "import sys; sys.path.insert(0, 'bench'); import common; common.tier_m_data()"
+decode() {   # system, valid set, decoding batch size, output
+  [ -f "$4" ] || docnmt translate $R/$1 --checkpoint $R/$1/averaged.safetensors -i ../shared/data/ende/valid/$2.en \
+                   -o "$4" -q --beam 5 --lenpen 1.0 --first-pass "$SENT" --batch-size "$3"
+  docnmt evaluate --hyp "$4" --ref ../shared/data/ende/valid/$2.de --json "${4%.de}.json" >/dev/null
+}
+for name in $SYSTEMS; do
+  docnmt train "$DATA" --no-progress --arch $name --init-from "$SENT" --save-dir $R/$name \
+         --max-update "$T" --save-interval-updates 100
+  [ -f $R/$name/averaged.safetensors ] || docnmt average $R/$name --last 5
+  for set in ted news; do decode $name $set 16 $R/$name/valid.$set.de; done
+done
+python bench/tier_m_table.py "$SENT" $(for name in $SYSTEMS; do echo $R/$name; done)
+echo "| decoding batch size | ted s-BLEU / d-BLEU (docflat_small) |"
+echo "|---|---|"
+for b in 1 4 16 32; do
+  out=$R/docflat_small/valid.ted.de
+  [ "$b" = 16 ] || out=$R/docflat_small/valid.ted.b$b.de
+  decode docflat_small ted $b "$out"
+  python -c "import json, sys; r = json.load(open(sys.argv[1])); print(f'| $b | {r[\"s_bleu\"][\"score\"]:.2f} / {r[\"d_bleu\"][\"score\"]:.2f} |')" "${out%.de}.json"
+done
