@@ -3,7 +3,8 @@
 One search for every method. Its extension points:
 
 * ``prefix``: target tokens forced at the start of each hypothesis (sliding decoding and
-  two-pass decoding force an already translated context);
+  two-pass decoding force an already translated context); an end token among them, such as a
+  context sentence's ``</s>``, does not end the hypothesis;
 * ``processors``: callables ``f(step, tokens, lprobs, rows)`` that edit the log-probabilities of
   the next token in place, ``tokens`` being each hypothesis' prefix (``<s>`` first) and ``rows``
   the index of the input sentence each row belongs to (finite-state constraints such as
@@ -96,7 +97,9 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
         cand = (scores[:, :, None] + lprobs.view(n, K, V)).view(n, K * V)
         top_scores, top_idx = cand.topk(2 * K, dim=1)
         top_beam, top_tok = top_idx // V, top_idx % V
-        is_eos = (top_tok == eos) & torch.isfinite(top_scores)
+        # an end token forced by the prefix (a context sentence's </s>) ends nothing
+        ends = (top_tok == eos) & (step >= pre_len[alive])[:, None]
+        is_eos = ends & torch.isfinite(top_scores)
         # finalise hypotheses that end here (only among the K best candidates, as fairseq does)
         is_eos[:, K:] = False
         if is_eos.any():
@@ -109,7 +112,7 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
                     hyp = tokens[base, 1 + int(pre_len[s]):].tolist()
                     finished[s].append(Hypothesis(hyp, float(norm[i, j])))
         # continue with the K best candidates that did not end
-        cont_scores = top_scores.masked_fill(top_tok == eos, float("-inf"))
+        cont_scores = top_scores.masked_fill(ends, float("-inf"))
         cont_scores, pick = cont_scores.topk(K, dim=1)
         done = torch.tensor([len(finished[int(s)]) >= K for s in alive], device=device)
         done |= ~torch.isfinite(cont_scores).any(1)

@@ -286,6 +286,7 @@ def test_fine_tune_from_a_sentence_model_and_translate_in_two_passes(tmp_path, m
     out, report = tr.translate(docs)
     assert [len(d.tgt) for d in out] == [5, 1]
     assert report.instances == 12                                   # 6 sentences, two passes
+    assert report.empty_sentences == 0     # a forced context's </s> used to end the search (empty output)
     v = tr.vocab
     assert len(calls) == 4                                          # batches of 4 consecutive instances, two passes
     bos1, bos2 = calls[0][0] + calls[1][0], calls[2][0] + calls[3][0]

@@ -102,6 +102,18 @@ def test_translate_walk_returns_one_line_per_sentence(tmp_path, mode):
     assert report.documents == 2
 
 
+def test_an_end_token_in_the_prefix_does_not_end_the_hypothesis(trained):
+    """Two-pass decoding forces context sentences that end with </s>: the search goes on to
+    generate the current sentence (it used to stop there with an empty hypothesis)."""
+    tr, _ = trained
+    src, _ = sources(tr, 3)
+    prefix = [[5, 6, 3, 7], [3], [5, 3]]                 # 3 is the end token
+    out = beam_search(tr.model, src, SearchConfig(beam=3, max_len_b=6), 2, 3, banned=[0, 2], prefix=prefix)
+    assert all(h[0].tokens for h in out)
+    greedy = beam_search(tr.model, src, SearchConfig(beam=1, max_len_b=6), 2, 3, banned=[0, 2], prefix=prefix)
+    assert all(h[0].tokens for h in greedy)
+
+
 def test_min_len_counts_after_a_forced_prefix(trained):
     tr, _ = trained
     src, _ = sources(tr, 3)
