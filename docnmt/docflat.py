@@ -194,16 +194,16 @@ class DocFlatPolicy(AttentionPolicy):
 class MeanBatchEmbedding(Transformer):
     """The MBE baseline (SPEC §5.3): the mean of the batch's source token embeddings prepended
     to the source and/or the target (``flat_sides``) as one new position 0. Sequences get a
-    ``placeholder`` token there whose input vector is replaced by sqrt(d)·mean E[x] over every
+    ``mean_token`` there whose input vector is replaced by sqrt(d)·mean E[x] over every
     real source token of the batch, plus P[0] (no dropout on it); the decoder's output at that
     position is dropped, so callers see the usual shapes and positions shift by one. The mean is
     taken once per batch when encoding and kept in ``EncoderOut.extra`` (one row per input), so
     while decoding it stays the whole batch's even after some inputs have finished. (The source
     length of ``--max-len-a/b`` counts the new position.)"""
 
-    def __init__(self, cfg: ModelConfig, placeholder: int):
+    def __init__(self, cfg: ModelConfig, mean_token: int):
         super().__init__(cfg, AttentionPolicy(cfg))
-        self.placeholder = placeholder
+        self.mean_token = mean_token
         self.on_src, self.on_tgt = cfg.flat_sides != "decoder", cfg.flat_sides != "encoder"
 
     def batch_mean(self, src: Tensor) -> Tensor:
@@ -214,18 +214,17 @@ class MeanBatchEmbedding(Transformer):
         return vec.expand(src.size(0), -1)
 
     def _prepend(self, tokens: Tensor) -> Tensor:
-        return torch.nn.functional.pad(tokens, (1, 0), value=self.placeholder)
+        return torch.nn.functional.pad(tokens, (1, 0), value=self.mean_token)
 
     def encode(self, src: Tensor, **inputs: Tensor):
-        enc = super().encode(self._prepend(src) if self.on_src else src, **inputs)
-        enc.extra["mbe"] = self.batch_mean(src)
-        return enc
+        return super().encode(self._prepend(src) if self.on_src else src, **inputs)
 
-    def embed_source(self, src: Tensor) -> Tensor:
-        x = super().embed_source(src)
+    def embed_source(self, src: Tensor, extra: dict) -> Tensor:
+        x = super().embed_source(src, extra)
+        extra["mbe"] = self.batch_mean(src[:, 1:] if self.on_src else src)
         if not self.on_src:
             return x
-        return torch.cat([self.batch_mean(src[:, 1:])[:, None].to(x.dtype), x[:, 1:]], 1)
+        return torch.cat([extra["mbe"][:, None].to(x.dtype), x[:, 1:]], 1)
 
     def decode(self, tgt_in: Tensor, enc, cache: dict | None = None) -> Tensor:
         if not self.on_tgt:
@@ -242,10 +241,10 @@ class MeanBatchEmbedding(Transformer):
         return torch.cat([mean[:, None].to(x.dtype), x[:, 1:]], 1)
 
 
-def build(cfg: ModelConfig, sep_range: tuple[int, int] | None = None, placeholder: int = 1) -> Transformer:
+def build(cfg: ModelConfig, sep_range: tuple[int, int] | None = None, mean_token: int = 1) -> Transformer:
     """A DocFlat model; ``sep_range`` holds the ids of the index tokens ``<sep1>`` … ``<sepN>``
     (contiguous in a docnmt vocabulary), which mark where ``flat_scope: current`` starts;
-    ``placeholder`` is the token of the MBE baseline's new position (its vector is replaced)."""
+    ``mean_token`` is the token of the MBE baseline's new position (its vector is replaced)."""
     for value, allowed, key in ((cfg.flat_gate, GATES, "flat_gate"), (cfg.flat_dec_mask, DEC_MASKS, "flat_dec_mask"),
                                 (cfg.flat_sides, SIDES, "flat_sides"), (cfg.flat_block, BLOCKS, "flat_block"),
                                 (cfg.flat_scope, SCOPES, "flat_scope")):
@@ -256,7 +255,7 @@ def build(cfg: ModelConfig, sep_range: tuple[int, int] | None = None, placeholde
     if cfg.flat_scope == "current" and sep_range is None:
         raise ConfigError("flat_scope: current needs the ids of the index tokens <sepj> (docflat.build(cfg, sep_range))")
     if cfg.flat_block == "mbe":
-        return MeanBatchEmbedding(cfg, placeholder)
+        return MeanBatchEmbedding(cfg, mean_token)
 
     def with_fba(make, side: str, on: bool):
         def make_layer(c: ModelConfig, i: int) -> Layer:

@@ -872,14 +872,15 @@ class Transformer(nn.Module):
         if self.length_scale is not None:
             self.length_scale.encoder(specs, pad)
         extra = self.encode_extra(**inputs)
-        return EncoderOut(src, pad, self.encoder(self.embed_source(src), State(specs, extra=extra)), extra)
+        return EncoderOut(src, pad, self.encoder(self.embed_source(src, extra), State(specs, extra=extra)), extra)
 
     def encode_extra(self, **inputs: Tensor) -> dict:
         """Method hook: tensors every layer can read from ``State.extra`` (none here)."""
         return {}
 
-    def embed_source(self, src: Tensor) -> Tensor:
-        """Method hook: the encoder's input vectors for ``src``."""
+    def embed_source(self, src: Tensor, extra: dict) -> Tensor:
+        """Method hook: the encoder's input vectors for ``src``; it may add batch-first tensors
+        to ``extra`` (the future ``EncoderOut.extra``)."""
         return self.encoder.embed(src)
 
     def embed_target(self, tgt_in: Tensor, offset: int, enc: EncoderOut) -> Tensor:

@@ -360,7 +360,7 @@ def test_mbe_baseline_prepends_the_batch_mean_embedding(sides):
     """MBE (SPEC §5.3): position 0 of the source and/or target is the mean source token
     embedding of the whole batch; callers see the usual shapes; decoding step by step (with
     beams) equals the full forward pass."""
-    model = docflat.build(cfg_with(flat_block="mbe", flat_sides=sides), placeholder=1).eval()
+    model = docflat.build(cfg_with(flat_block="mbe", flat_sides=sides), mean_token=1).eval()
     torch.manual_seed(3)
     src = torch.randint(4, 60, (3, 7))
     src[1, 5:] = 0
@@ -373,7 +373,7 @@ def test_mbe_baseline_prepends_the_batch_mean_embedding(sides):
         expected = embed.table(real).mean(0) * embed.scale + embed.positions(1)[0]
         torch.testing.assert_close(model.encode(src).extra["mbe"], expected.expand(3, -1))
         if sides != "decoder":
-            torch.testing.assert_close(model.embed_source(model._prepend(src))[:, 0], expected.expand(3, -1))
+            torch.testing.assert_close(model.embed_source(model._prepend(src), {})[:, 0], expected.expand(3, -1))
         other = src.clone()
         other[2, :3] = torch.randint(4, 60, (3,))         # only instance 2's source changes
         assert not torch.allclose(model(other, tgt)[0], logits[0])      # instance 0 sees the batch mean
