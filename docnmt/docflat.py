@@ -94,15 +94,17 @@ class FlatBatchSublayer(Sublayer):
             return AttnSpec(is_causal=causal)
         flat_pos = torch.arange(n * m, device=x.device)[idx]
         inst, pos = flat_pos // m, flat_pos % m
-        if self.time_aligned:           # key (j', t') visible to query (j, t) iff t' <= t
-            blocked = pos[None, :] > pos[:, None]
-        else:
-            blocked = flat_pos[None, :] > flat_pos[:, None] if causal else torch.zeros(
-                len(idx), len(idx), dtype=torch.bool, device=x.device)
-        if private is not None:         # C9: keys of other instances only in their current sentence
-            hidden = private.mask[:, 0, 0, -m:].reshape(-1)[idx]
-            blocked = blocked | (hidden[None, :] & (inst[None, :] != inst[:, None]))
-        return AttnSpec(mask=blocked[None, None])
+        hidden = None if private is None else private.mask[:, 0, 0, -m:].reshape(-1)[idx]
+
+        def blocked(i: Tensor, j: Tensor) -> Tensor:    # query i, key j: flattened real positions
+            out = pos[j] > pos[i] if self.time_aligned else (j > i if causal else i < 0)
+            if hidden is not None:      # C9: keys of other instances only in their current sentence
+                out = out | (hidden[j] & (inst[j] != inst[i]))
+            return out
+
+        every = torch.arange(len(idx), device=x.device)
+        return AttnSpec(mask=blocked(every[:, None], every[None, :])[None, None],
+                        visible=lambda b, h, i, j: ~blocked(i, j))
 
     def _between_datapoints(self, x: Tensor, pad: Tensor) -> Tensor:
         """The ABD baseline: each instance mean-pooled over its real tokens, attention across the

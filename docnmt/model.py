@@ -16,7 +16,10 @@ Methods differ from the baseline mainly in attention, so attention takes its var
 * ``bias``: an additive logit term, a tensor or a callable ``bias(q, name)`` of the projected,
   per-head (and scaled) queries and the attention module's name, which the module turns into a
   tensor before attending (relative positions, per-layer tables, SPEC §4.2);
-* ``scale``: a per-query multiplier of the logits (length-aware attention, SPEC §6.2).
+* ``scale``: a per-query multiplier of the logits (length-aware attention, SPEC §6.2);
+* ``visible``: ``mask`` again as a FlexAttention ``mask_mod(b, h, i, j) -> allowed``, so that on
+  CUDA the attention skips every fully blocked tile instead of reading a dense mask (DocFlat's
+  masked flat-batch attention).
 
 Which spec each attention call receives is decided by the model's :class:`AttentionPolicy`
 (a module, so it may own parameters such as a relative-position table). The default policy gives
@@ -205,6 +208,7 @@ class AttnSpec:
     bias: Tensor | Callable[[Tensor, str], Tensor] | None = None
     scale: Tensor | None = None
     groups: tuple[Tensor, Tensor] | None = None
+    visible: Callable | None = None
 
 
 def group_mask(q_tags: Tensor, k_tags: Tensor) -> Tensor:
@@ -262,6 +266,8 @@ def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: flo
         if q.is_cuda and dropout == 0.0:
             return attention_flex(q, k, v, spec)
         return attention_grouped(q, k, v, spec, dropout)
+    if spec.visible is not None and q.is_cuda and dropout == 0.0 and spec.bias is None:
+        return attention_flex(q, k, v, spec)
     if spec.scale is not None:
         q = q * spec.scale
     if spec.bias is None:
@@ -377,16 +383,26 @@ _FLEX = None
 
 
 def attention_flex(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tensor:
-    """Group attention through FlexAttention with a block mask built from the tags, key padding
-    and causality, so blocks with no visible key are skipped (the CUDA path; compiled there).
-    Same semantics as :func:`attention_grouped`; no attention dropout."""
+    """Attention through FlexAttention with a block mask, so tiles with no visible key are
+    skipped (the CUDA path; compiled there, eager elsewhere). The mask is ``spec.visible``, or for
+    group attention one built from the tags, key padding and causality (the semantics of
+    :func:`attention_grouped`). No attention dropout, no bias."""
     global _FLEX
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     if _FLEX is None:
         _FLEX = torch.compile(flex_attention) if q.is_cuda else flex_attention
-    (q_tags, k_tags), B, nq, nk = spec.groups, q.size(0), q.size(2), k.size(2)
+    B, nq, nk = q.size(0), q.size(2), k.size(2)
+    visible = spec.visible or _group_visible(spec, B, nq, nk)
+    block_mask = create_block_mask(visible, B, None, nq, nk, device=q.device)
+    if spec.scale is not None:
+        q = q * spec.scale.to(q.dtype)
+    return _FLEX(q, k, v, block_mask=block_mask)
+
+
+def _group_visible(spec: AttnSpec, B: int, nq: int, nk: int) -> Callable:
+    """The mask_mod of group attention: own group (or an untagged query), real keys, causal."""
+    (q_tags, k_tags), shift, causal = spec.groups, nk - nq, spec.is_causal
     key_ok = None if spec.mask is None else ~spec.mask.expand(B, 1, 1, nk)[:, 0, 0]
-    shift, causal = nk - nq, spec.is_causal
 
     def visible(b, h, i, j):
         ok = (q_tags[b, i] == k_tags[b, j]) | (q_tags[b, i] == 0)
@@ -395,11 +411,7 @@ def attention_flex(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tensor:
         if causal:
             ok = ok & (j <= i + shift)
         return ok
-
-    block_mask = create_block_mask(visible, B, None, nq, nk, device=q.device)
-    if spec.scale is not None:
-        q = q * spec.scale.to(q.dtype)
-    return _FLEX(q, k, v, block_mask=block_mask)
+    return visible
 
 
 ATTENTION_IMPLS = {"sdpa": attention_sdpa, "reference": attention_reference}

@@ -215,6 +215,32 @@ def test_current_scope_hides_the_context_of_other_instances(side):
     assert not torch.allclose(run(everything, x, pad)[1:], run(everything, y, pad)[1:])   # scope all: seen
 
 
+@pytest.mark.parametrize("side,scope,dec_mask", [("dec", "all", "time_aligned"), ("enc", "current", "flattened"),
+                                                  ("dec", "current", "flattened"), ("dec", "current", "time_aligned")])
+def test_masked_fba_spec_as_a_flex_mask(side, scope, dec_mask):
+    """The FBA masks that are not plain causal also come as a FlexAttention mask_mod (the CUDA
+    path, which skips blocked tiles): the same attention as the dense mask (run eagerly here)."""
+    import warnings
+    from docnmt.model import attention_flex, attention_reference
+    sub = fba(cfg_with(flat_scope=scope, flat_dec_mask=dec_mask), side)
+    x, pad = batch(n=4, m=40)
+    pad[1, 30:] = True
+    private = torch.zeros(4, 40, dtype=torch.bool)
+    private[:, :17] = True
+    specs = {f"{side}_fba": docflat.AttnSpec(mask=pad[:, None, None, :])}
+    if scope == "current":
+        specs[f"{side}_fba_private"] = docflat.AttnSpec(mask=private[:, None, None, :])
+    flat, idx = docflat.flatten_batch(x, pad)
+    spec = sub.flat_spec(x, idx, State(specs))
+    assert spec.visible is not None and 0 < spec.mask.float().mean() < 1
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 4, len(idx), 8, generator=g) for _ in range(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(attention_flex(q, k, v, spec), attention_reference(q, k, v, spec),
+                                   rtol=1e-5, atol=1e-5)
+
+
 # ---- data ---------------------------------------------------------------------------------------
 
 pytestmark_data = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
