@@ -3,8 +3,9 @@
 # ../shared/data/ende Tier M data (PROTOCOL.md), fp32. Every system is stage II of SPEC §5.3:
 # fine-tuned for T updates from the same Tier M Sent2Sent model (SENT, trained by
 # bench/tier_m_context.sh), checkpoints every 100 updates, the last 5 averaged, decoded in two
-# passes (pass 1: SENT; pass 2: the system with the context forced) with beam 5, length penalty
-# 1.0, 16 consecutive sentences per decoding batch, and scored on valid ted and news:
+# passes (pass 1: SENT's beam-5 translation, made once; pass 2: the system with the context
+# forced) with beam 5, length penalty 1.0, 16 consecutive sentences per decoding batch, and scored
+# on valid ted and news:
 #   pseudodoc_small   the DOC2DOC baseline (same data, batches, fine-tuning, decoding; no FBA)
 #   docflat_small     DocFlat_C          docflat_d_small   DocFlat_D
 # Then BLEU of DocFlat_C on valid ted against the decoding batch size (1, 4, 16, 32).
@@ -17,9 +18,13 @@ DATA=bench/.cache/tier_m
 R=runs/tierm
 [ -f "$SENT/model.safetensors" ] || { echo "needs the Tier M Sent2Sent model $SENT (bash bench/tier_m_context.sh trains it)" >&2; exit 2; }
 python -c "import sys; sys.path.insert(0, 'bench'); import common; common.tier_m_data()"
+for set in ted news; do   # pass 1, shared by every system and batch size
+  [ -f "$SENT/valid.$set.de" ] || docnmt translate "$SENT" -i ../shared/data/ende/valid/$set.en \
+                                    -o "$SENT/valid.$set.de" -q --beam 5 --lenpen 1.0
+done
 decode() {   # system, valid set, decoding batch size, output
   [ -f "$4" ] || docnmt translate $R/$1 --checkpoint $R/$1/averaged.safetensors -i ../shared/data/ende/valid/$2.en \
-                   -o "$4" -q --beam 5 --lenpen 1.0 --first-pass "$SENT" --batch-size "$3"
+                   -o "$4" -q --beam 5 --lenpen 1.0 --first-pass "$SENT/valid.$2.de" --batch-size "$3"
   docnmt evaluate --hyp "$4" --ref ../shared/data/ende/valid/$2.de --json "${4%.de}.json" >/dev/null
 }
 for name in $SYSTEMS; do

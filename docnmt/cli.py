@@ -77,7 +77,8 @@ DECODE_FLAGS = {
     "--sliding-window": ("decode.sliding_window", float, "sliding window as a share of the training instance budget"),
     "--sentence-count": ("decode.sentence_count", str, "true: force the source's sentence count (separator formats)"),
     "--first-pass": ("decode.first_pass", str,
-                     "DocFlat: sentence model translating pass 1 of two-pass decoding (default: the model itself)"),
+                     ("DocFlat: pass 1 of two-pass decoding, a sentence model's directory or a file of its translations "
+                      "(one line per input sentence; default: the model itself)")),
 }
 
 

@@ -66,7 +66,7 @@ class DecodeConfig(SearchConfig):
     sliding: bool = False         # Doc2Doc models: sliding decoding of long documents (SPEC §6.3)
     sliding_window: float = 0.8   # window = this × data.max_instance_tokens source tokens
     sentence_count: bool = False  # separator formats: force the source's sentence count (implied by sliding)
-    first_pass: str = ""          # DocFlat: model directory of the first pass (a sentence model); "" = the model itself
+    first_pass: str = ""          # DocFlat: pass 1 from a sentence model directory or a file of translations; "" = the model itself
 
 
 @dataclass

@@ -22,6 +22,7 @@ from .data import Corpus, InstanceSet, build_instances, make_joiner, model_input
 from .document import Document
 from .errors import ConfigError, DataError, DocnmtError
 from .model import AttentionPolicy, Transformer
+from .readers import DOC_MARK, read_text
 from .search import SearchConfig, beam_search
 from .sliding import SentenceCount, sliding_windows
 from .vocab import Vocab
@@ -173,10 +174,18 @@ class Translator:
 
     def _first_pass(self, docs, corpus, search, report, bad_docs, bar) -> list[list[list[int]]]:
         """Pass 1 of two-pass decoding: every sentence translated alone (no context in the
-        pseudo-document, the batch still as the FBA context), by this model or by the sentence
-        model ``decode.first_pass`` names (its output re-encoded with this vocabulary)."""
+        pseudo-document, the batch still as the FBA context), by this model, by the sentence
+        model whose directory ``decode.first_pass`` names, or read from the file it names (one
+        translation per input sentence, in order, ``<d>`` lines skipped: what ``docnmt translate``
+        writes); other output is re-encoded with this vocabulary."""
         outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
         path = getattr(search, "first_pass", "")
+        if path and not Path(path).is_dir():
+            texts = [t for t in read_text(path).lines if t.strip() != DOC_MARK]
+            if len(texts) != corpus.n_sents:
+                raise DataError(f"the first-pass translations have {len(texts)} lines, the input "
+                                f"{corpus.n_sents} sentences", path)
+            return [[ids] for ids in self.vocab.encode_batch(texts, "tgt")]
         if path:
             other = Translator.load(path, device=str(self.device))
             own = other.cfg.decode               # the user's search settings, the sentence model's batching

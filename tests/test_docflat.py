@@ -1,5 +1,7 @@
 """DocFlat (SPEC §5, §13 item 9): flat-batch attention, context gate, pseudo-documents, ordered
 batches, rank-aligned decoder FBA and two-pass decoding."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -8,7 +10,7 @@ from _tiny import SHARED, tiny_config, tiny_data
 from docnmt import docflat
 from docnmt import translate as translate_module
 from docnmt.data import Corpus, GlobalIndexJoiner, InstanceSet, ModeConfig, build_instances, token_batches
-from docnmt.errors import ConfigError
+from docnmt.errors import ConfigError, DataError
 from docnmt.model import ModelConfig, State
 from docnmt.search import beam_search
 from docnmt.train import Trainer
@@ -326,6 +328,15 @@ def test_fine_tune_from_a_sentence_model_and_translate_in_two_passes(tmp_path, m
     calls.clear()
     out2, report2 = tr.translate(docs, search)
     assert [len(d.tgt) for d in out2] == [5, 1] and report2.instances == 6
+    # pass 1 read from a file of the sentence model's translations: the same two-pass output
+    first, _ = Translator.load(tmp_path / "sent", device="cpu").translate(docs)
+    (tmp_path / "first.de").write_text("".join("<d>\n" + "".join(t + "\n" for t in d.tgt) for d in first),
+                                       encoding="utf-8")
+    out3, _ = tr.translate(docs, replace(search, first_pass=str(tmp_path / "first.de")))
+    assert [d.tgt for d in out3] == [d.tgt for d in out2]
+    (tmp_path / "short.de").write_text("one line\n", encoding="utf-8")
+    with pytest.raises(DataError, match="1 lines, the input 6 sentences"):
+        tr.translate(docs, replace(search, first_pass=str(tmp_path / "short.de")))
 
 
 def test_docflat_needs_pseudodocs_in_ordered_batches():
