@@ -129,10 +129,10 @@ class FlatBatchSublayer(Sublayer):
         pos_q = offset + torch.arange(n_new, device=dev).repeat(B)
         inst_k = torch.arange(B, device=dev).repeat_interleave(t)
         pos_k = torch.arange(t, device=dev).repeat(B)
-        visible = pos_k[None, :] <= pos_q[:, None]
+        visible = pos_k[None, :] <= pos_q[:, None]     # what exists when the query is generated
         same = inst_k[None, :] == inst_q[:, None]
-        if not self.time_aligned:
-            visible = (inst_k[None, :] < inst_q[:, None]) | (visible & same)
+        if not self.time_aligned:   # flattened-causal: own prefix and earlier instances' prefixes
+            visible = visible & (same | (inst_k[None, :] < inst_q[:, None]))
         keys_of_rank = lambda mask: mask[:, 0, 0, :t].reshape(B, K, t).transpose(0, 1).reshape(K, 1, 1, B * t)  # noqa: E731
         blocked = ~visible[None, None] | keys_of_rank(state.specs["dec_fba"].mask)
         if "dec_fba_private" in state.specs:

@@ -4,7 +4,9 @@ One search for every method. Its extension points:
 
 * ``prefix``: target tokens forced at the start of each hypothesis (sliding decoding and
   two-pass decoding force an already translated context); an end token among them, such as a
-  context sentence's ``</s>``, does not end the hypothesis;
+  context sentence's ``</s>``, does not end the hypothesis. The first ``min(len(prefix))`` forced
+  tokens go through the decoder in one pass (a model's incremental decoding must give the same
+  states for a multi-token first step as step by step: tested for every method);
 * ``processors``: callables ``f(step, tokens, lprobs, rows)`` that edit the log-probabilities of
   the next token in place, ``tokens`` being each hypothesis' prefix (``<s>`` first) and ``rows``
   the index of the input sentence each row belongs to (finite-state constraints such as
@@ -76,7 +78,12 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     alive = torch.arange(B, device=device)                            # sentences still searched
     banned_t = torch.tensor(sorted(set(banned) - {eos}), dtype=torch.long, device=device)
 
-    for step in range(int(max_len.max()) + 1):
+    # the forced prefix all rows share in length (the shortest) goes through the decoder in one
+    # pass: the same states as step by step (it is forced at no cost), without a step per token
+    start = int(pre_len.min()) if forced is not None else 0
+    if start:
+        tokens = torch.cat([tokens, forced[:, :start].repeat_interleave(K, 0)], dim=1)
+    for step in range(start, int(max_len.max()) + 1):
         n = alive.numel()
         hidden = model.decode(tokens, enc, cache)[:, -1]
         lprobs = torch.log_softmax(model.output_projection(hidden).float(), dim=-1)

@@ -150,6 +150,9 @@ MODELS = {
     "context": ("sent2sent", {"model.method": "context_transformer", "data.context_input": 2}),
     "docflat": ("pseudodoc", {"model.method": "docflat", "data.separator": "global_index",
                               "data.batch_order": "ordered", "data.context": 2}),
+    "ptransformer_laa": ("doc2doc", {"model.method": "ptransformer", "model.length_aware": True}),
+    "mbe": ("pseudodoc", {"model.method": "docflat", "model.flat_block": "mbe", "data.separator": "global_index",
+                          "data.batch_order": "ordered", "data.context": 2}),
 }
 
 
@@ -165,9 +168,10 @@ def models(tmp_path_factory):
     return tmp
 
 
-def incremental_score(tr: Translator, doc: Document) -> float:
+def incremental_score(tr: Translator, doc: Document, prefill: bool = False) -> float:
     """Reference: feed the whole teacher-forced decoder input token by token through the
-    incremental decoder and sum log p of the labels after the forced target context."""
+    incremental decoder and sum log p of the labels after the forced target context (with
+    ``prefill``, the start token and the forced context in one first step, as beam search does)."""
     vocab, joiner, model = tr.vocab, tr.joiner, tr.model
     enc = lambda texts, side: [np.asarray(vocab.encode(t, side), dtype=np.int32) for t in texts]  # noqa: E731
     src_sents, tgt_sents = enc(doc.src, "src"), enc(doc.tgt, "tgt")
@@ -191,7 +195,7 @@ def incremental_score(tr: Translator, doc: Document) -> float:
     total, cache = 0.0, {}
     with torch.no_grad():
         memory = model.encode(src, **inputs)
-        for t in range(tgt_in.size(1)):
+        for t in range(len(prefix) if prefill else 0, tgt_in.size(1)):
             logp = torch.log_softmax(model.output_projection(model.decode(tgt_in[:, : t + 1], memory, cache))[0, -1], -1)
             if t >= len(prefix):
                 total += float(logp[int(labels[t])])
@@ -213,6 +217,8 @@ def test_sentence_scores_equal_incremental_decoding(models, name):
     np.testing.assert_allclose(batched, alone, rtol=1e-4, atol=1e-3)
     ref = [incremental_score(tr, d) for d in examples]
     np.testing.assert_allclose(batched, ref, rtol=1e-4, atol=1e-3)
+    # beam search's first step takes the forced context in one pass: the same scores
+    np.testing.assert_allclose([incremental_score(tr, d, prefill=True) for d in examples], ref, rtol=1e-4, atol=1e-3)
     assert (batched < 0).all()
 
 

@@ -154,6 +154,26 @@ def test_incremental_time_aligned_decoding_equals_full_forward_per_rank(beams, s
             torch.testing.assert_close(steps[rows], full, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("mask,beams", [("flattened", 1), ("flattened", 2), ("time_aligned", 2)])
+def test_a_multi_token_first_step_equals_step_by_step(mask, beams):
+    """Beam search feeds the forced prefix in one first step: the decoder FBA must give every
+    token what it sees step by step (under the flattened-causal mask, the earlier instances'
+    prefixes only as far as they exist when the token is generated)."""
+    model = docflat.build(cfg_with(flat_dec_mask=mask)).eval()
+    torch.manual_seed(3)
+    B, T, m = 3, 7, 4
+    src = torch.randint(4, 60, (B, 7))
+    tgt = torch.randint(4, 60, (B * beams, T))
+    with torch.no_grad():
+        enc = model.encode(src).expand_beams(beams)
+        c1: dict = {}
+        steps = torch.cat([model.decode(tgt[:, : t + 1], enc, c1) for t in range(T)], 1)
+        c2: dict = {}
+        first = model.decode(tgt[:, :m], enc, c2)
+        rest = torch.cat([first] + [model.decode(tgt[:, : t + 1], enc, c2) for t in range(m, T)], 1)
+    torch.testing.assert_close(rest, steps, rtol=1e-4, atol=1e-5)
+
+
 def test_incremental_flattened_decoding_is_causal_over_instances():
     model = docflat.build(CFG).eval()
     torch.manual_seed(2)
