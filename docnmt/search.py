@@ -86,10 +86,10 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     for step in range(start, int(max_len.max()) + 1):
         n = alive.numel()
         hidden = model.decode(tokens, enc, cache)[:, -1]
-        lprobs = torch.log_softmax(model.output_projection(hidden).float(), dim=-1)
+        row_sent = alive.repeat_interleave(K)
+        lprobs = _next_lprobs(model, hidden, step < pre_len[row_sent])
         eos_lprob = lprobs[:, eos].clone()        # what ending costs when the length limit forces it
         lprobs[:, banned_t] = float("-inf")
-        row_sent = alive.repeat_interleave(K)
         for proc in processors:
             proc(step, tokens, lprobs, row_sent)
         lim = max_len[row_sent]
@@ -138,6 +138,19 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
             enc = enc.select(static)
         model.reorder_cache(cache, order, static, K)
     return [sorted(f, key=lambda h: -h.score)[: cfg.nbest] for f in finished]
+
+
+def _next_lprobs(model: Transformer, hidden: Tensor, forced: Tensor) -> Tensor:
+    """Log-probabilities of the next token; rows whose next token the prefix forces skip the
+    output layer (-inf: :func:`_force_prefix` sets them)."""
+    if not forced.any():
+        return torch.log_softmax(model.output_projection(hidden).float(), dim=-1)
+    out = hidden.new_full((hidden.size(0), model.decoder.embed.table.num_embeddings), float("-inf"),
+                          dtype=torch.float32)
+    free = (~forced).nonzero().squeeze(1)
+    if free.numel():
+        out[free] = torch.log_softmax(model.output_projection(hidden[free]).float(), dim=-1)
+    return out
 
 
 def length_penalty(length: int, cfg: SearchConfig) -> float:
