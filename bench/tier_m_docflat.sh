@@ -8,7 +8,8 @@
 # on valid ted and news:
 #   pseudodoc_small   the DOC2DOC baseline (same data, batches, fine-tuning, decoding; no FBA)
 #   docflat_small     DocFlat_C          docflat_d_small   DocFlat_D
-# Then BLEU of DocFlat_C on valid ted against the decoding batch size (1, 4, 16, 32).
+# Then BLEU of DocFlat_C on valid ted against the decoding batch size (1, 4, 16, 32), table and
+# plot (runs/tierm/docflat_small/bleu_by_batch_size.png; dashed: the DOC2DOC baseline at 16).
 # Budget (environment): T=1000 updates. Re-running resumes unfinished runs, skips finished decodes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,11 +35,12 @@ for name in $SYSTEMS; do
   for set in ted news; do decode $name $set 16 $R/$name/valid.$set.de; done
 done
 python bench/tier_m_table.py "$SENT" $(for name in $SYSTEMS; do echo $R/$name; done)
-echo "| decoding batch size | ted s-BLEU / d-BLEU (docflat_small) |"
-echo "|---|---|"
+points=()
 for b in 1 4 16 32; do
   out=$R/docflat_small/valid.ted.de
   [ "$b" = 16 ] || out=$R/docflat_small/valid.ted.b$b.de
   decode docflat_small ted $b "$out"
-  python -c "import json, sys; r = json.load(open(sys.argv[1])); print(f'| $b | {r[\"s_bleu\"][\"score\"]:.2f} / {r[\"d_bleu\"][\"score\"]:.2f} |')" "${out%.de}.json"
+  points+=("$b=${out%.de}.json")
 done
+python bench/plot_batch_size.py $R/docflat_small/bleu_by_batch_size.png "${points[@]}" \
+       --baseline $R/pseudodoc_small/valid.ted.json
