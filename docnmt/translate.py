@@ -180,22 +180,22 @@ class Translator:
         writes); other output is re-encoded with this vocabulary."""
         outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
         path = getattr(search, "first_pass", "")
-        if path and not Path(path).is_dir():
-            texts = [t for t in read_text(path).lines if t.strip() != DOC_MARK]
-            if len(texts) != corpus.n_sents:
-                raise DataError(f"the first-pass translations have {len(texts)} lines, the input "
-                                f"{corpus.n_sents} sentences", path)
-            return [[ids] for ids in self.vocab.encode_batch(texts, "tgt")]
-        if path:
+        if not path:
+            rows = sent_instances(corpus)
+            self._decode(corpus, rows, rows[:, 2].copy(), outputs, search, report, bad_docs, bar)
+            return outputs
+        if Path(path).is_dir():
             other = Translator.load(path, device=str(self.device))
             own = other.cfg.decode               # the user's search settings, the sentence model's batching
             out, _ = other.translate([Document(d.docid, d.src) for d in docs],
                                      replace(search, max_sentences=own.max_sentences, max_tokens=own.max_tokens))
             texts = [t for d in out for t in d.tgt]
-            return [[ids] for ids in self.vocab.encode_batch(texts, "tgt")]
-        rows = sent_instances(corpus)
-        self._decode(corpus, rows, rows[:, 2].copy(), outputs, search, report, bad_docs, bar)
-        return outputs
+        else:
+            texts = [t for t in read_text(path).lines if t.strip() != DOC_MARK]
+            if len(texts) != corpus.n_sents:
+                raise DataError(f"the first-pass translations have {len(texts)} lines, the input "
+                                f"{corpus.n_sents} sentences", path)
+        return [[ids] for ids in self.vocab.encode_batch(texts, "tgt")]
 
     def _decode(self, corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from=None) -> None:
         """Decode instances ``rows``, forcing sentences [target start, ``new_from``) from
