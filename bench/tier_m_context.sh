@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tier M comparison for the context-encoder Transformer (issue 7; Zhang et al. 2018, Table 7 in
 # miniature), all on ../shared/data/ende Tier M data (PROTOCOL.md), fp32:
-#   sent2sent       step 1: the Sent2Sent model, S updates
+#   sent2sent_S     step 1: the Sent2Sent model, S updates (runs/tierm/sent2sent_800 by default;
+#                   runs/tierm/sent2sent is PROTOCOL's 4,000-update model of tier_m_baselines.sh)
 #   ctx_step2       step 2 on top of it: every sentence parameter frozen, T updates of the new ones
 #   ctx_scratch     the whole context model trained on the document data alone, S+T updates
 #   sent2sent_more  the sentence model continued to S+T updates (the same total budget as step 1+2)
@@ -13,6 +14,7 @@ cd "$(dirname "$0")/.."
 S=${S:-800}; T=${T:-200}; WARM=${WARM:-400}; WARM2=${WARM2:-100}
 DATA=bench/.cache/tier_m
 R=runs/tierm
+S1=sent2sent_$S
 python -c "import sys; sys.path.insert(0, 'bench'); import common; common.tier_m_data()"
 train() { docnmt train "$DATA" --no-progress "$@"; }
 score() {   # decode valid ted and news the same way for every system, and score them
@@ -23,16 +25,16 @@ score() {   # decode valid ted and news the same way for every system, and score
     docnmt evaluate --hyp "$out" --ref ../shared/data/ende/valid/$set.de --json $R/$1/valid.$set.json >/dev/null
   done
 }
-train --arch sent2sent_small --save-dir $R/sent2sent --max-update "$S" --warmup-updates "$WARM"
-train --arch context_transformer_small --init-from $R/sent2sent --save-dir $R/ctx_step2 \
+train --arch sent2sent_small --save-dir $R/$S1 --max-update "$S" --warmup-updates "$WARM"
+train --arch context_transformer_small --init-from $R/$S1 --save-dir $R/ctx_step2 \
       --max-update "$T" --warmup-updates "$WARM2"
 train --arch context_transformer_small --freeze-pretrained false --save-dir $R/ctx_scratch \
       --max-update $((S + T)) --warmup-updates "$WARM"
-for name in sent2sent ctx_step2 ctx_scratch; do score $name; done
-python bench/tier_m_table.py $R/sent2sent $R/ctx_step2 $R/ctx_scratch
+for name in $S1 ctx_step2 ctx_scratch; do score $name; done
+python bench/tier_m_table.py $R/$S1 $R/ctx_step2 $R/ctx_scratch
 if [ ! -d $R/sent2sent_more ]; then   # resumes from step 1's last checkpoint; step 1's decodes are not its own
-  cp -r $R/sent2sent $R/sent2sent_more && rm -f $R/sent2sent_more/valid.*
+  cp -r $R/$S1 $R/sent2sent_more && rm -f $R/sent2sent_more/valid.*
 fi
 train --arch sent2sent_small --save-dir $R/sent2sent_more --max-update $((S + T)) --warmup-updates "$WARM"
 score sent2sent_more
-python bench/tier_m_table.py $R/sent2sent $R/ctx_step2 $R/ctx_scratch $R/sent2sent_more
+python bench/tier_m_table.py $R/$S1 $R/ctx_step2 $R/ctx_scratch $R/sent2sent_more

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # Tier M comparison for DocFlat (issue 6; the paper's Table 2 and Figure 6 in miniature), on
 # ../shared/data/ende Tier M data (PROTOCOL.md), fp32. Every system is stage II of SPEC §5.3:
-# fine-tuned for T updates from the same Tier M Sent2Sent model (SENT, trained by
-# bench/tier_m_context.sh), checkpoints every 100 updates, the last 5 averaged, decoded in two
+# fine-tuned for T updates from the same Tier M Sent2Sent model (SENT: by default PROTOCOL's
+# 4,000-update runs/tierm/sent2sent of bench/tier_m_baselines.sh; SENT=runs/tierm/sent2sent_800 is
+# the 800-update one of bench/tier_m_context.sh), each in R=runs/tierm/from_<SENT's name>/<system>,
+# checkpoints every 100 updates, the last 5 averaged, decoded in two
 # passes (pass 1: SENT's beam-5 translation, made once; pass 2: the system with the context
 # forced) with beam 5, length penalty 1.0, 16 consecutive sentences per decoding batch, and scored
 # on valid ted and news:
 #   pseudodoc_small   the DOC2DOC baseline (same data, batches, fine-tuning, decoding; no FBA)
 #   docflat_small     DocFlat_C          docflat_d_small   DocFlat_D
 # Then BLEU of DocFlat_C on valid ted against the decoding batch size (1, 4, 16, 32), table and
-# plot (runs/tierm/docflat_small/bleu_by_batch_size.png; dashed: the DOC2DOC baseline at 16).
+# plot ($R/docflat_small/bleu_by_batch_size.png; dashed: the DOC2DOC baseline at 16).
 # Budget (environment): T=1000 updates. Re-running resumes unfinished runs, skips finished decodes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${T:-1000}; SENT=${SENT:-runs/tierm/sent2sent}
 SYSTEMS=${SYSTEMS:-"pseudodoc_small docflat_small docflat_d_small"}
 DATA=bench/.cache/tier_m
-R=runs/tierm
-[ -f "$SENT/model.safetensors" ] || { echo "needs the Tier M Sent2Sent model $SENT (bash bench/tier_m_context.sh trains it)" >&2; exit 2; }
+R=${R:-runs/tierm/from_$(basename "$SENT")}
+[ -f "$SENT/model.safetensors" ] || { echo "needs the Tier M Sent2Sent model $SENT (bash bench/tier_m_baselines.sh trains it)" >&2; exit 2; }
 python -c "import sys; sys.path.insert(0, 'bench'); import common; common.tier_m_data()"
 for set in ted news; do   # pass 1, shared by every system and batch size
   [ -f "$SENT/valid.$set.de" ] || docnmt translate "$SENT" -i ../shared/data/ende/valid/$set.en \
