@@ -9,7 +9,7 @@
 # Example (G-Transformer, issue 3):
 #   bench/tier_m.sh gt=g_transformer_small gt_sent=g_transformer_sent_small \
 #                   gt_ft=g_transformer_finetune_small@gt_sent
-# Re-running resumes every unfinished run from its last checkpoint.
+# Re-running resumes every unfinished run from its last checkpoint (one every 200 updates and every epoch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=0
@@ -27,7 +27,7 @@ for spec in "$@"; do
   name=${spec%%=*}; preset=${spec#*=}; init=""
   if [[ $preset == *@* ]]; then init="--init-from runs/tierm/${preset#*@}"; preset=${preset%@*}; fi
   # shellcheck disable=SC2086
-  docnmt train "$DATA" --arch "$preset" --save-dir "runs/tierm/$name" --max-minutes "$MINUTES" \
+  docnmt train "$DATA" --arch "$preset" --save-dir "runs/tierm/$name" --max-minutes "$MINUTES" --save-interval-updates 200 \
     --no-progress $PRECISION $init
 done
 for spec in "$@"; do

@@ -44,5 +44,7 @@ for b in 1 4 16 32; do
   decode docflat_small ted $b "$out"
   points+=("$b=${out%.de}.json")
 done
-python bench/plot_batch_size.py $R/docflat_small/bleu_by_batch_size.png "${points[@]}" \
-       --baseline $R/pseudodoc_small/valid.ted.json
+python bench/plot_sweep.py $R/docflat_small/bleu_by_batch_size.png --series DocFlat_C "${points[@]}" \
+       --baseline "DOC2DOC at 16=$R/pseudodoc_small/valid.ted.json" \
+       --xlabel "decoding batch size (consecutive sentences)" \
+       --title "DocFlat_C, valid ted: BLEU against the decoding batch size"
