@@ -7,7 +7,7 @@
 #   2. DocFlat              bench/tier_m_docflat.sh (3 × 1,000 fine-tuning updates, two-pass decoding)
 #   3. Doc2Doc, + DLS + LAA bench/tier_m_length_bias.sh (the Doc2Doc baseline is shared with 4-6)
 #   4. G-Transformer        random init, group sentence model, fine-tuned (docs/gtransformer.md)
-#   5. P-Transformer        p_transformer_small (docs/ptransformer.md)
+#   5. P-Transformer        p_transformer_small and its -cross-attn ablation (docs/ptransformer.md)
 #   6. Doc2Sent, MR         the rest of bench/tier_m_baselines.sh
 #   7. En-Fr suites         bench/enfr_suites.sh (contrastive accuracy, docs/discourse.md)
 # Usage: (nohup setsid bash bench/tier_m_queue.sh > runs/tierm/queue.log 2>&1 &)
@@ -18,7 +18,7 @@ step ./tier_m.sh sent2sent=sent2sent_small
 step bash tier_m_docflat.sh
 step bash tier_m_length_bias.sh
 step ./tier_m.sh gt=g_transformer_small gt_sent=g_transformer_sent_small gt_ft=g_transformer_finetune_small@gt_sent
-step ./tier_m.sh pt=p_transformer_small
+step ./tier_m.sh pt=p_transformer_small pt_nocross=p_transformer_nocross_small
 step ./tier_m_baselines.sh
 step bash enfr_suites.sh
 echo "== $(date '+%F %T') queue finished"

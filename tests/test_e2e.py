@@ -89,6 +89,10 @@ def test_presets_and_help(capsys):
     out = capsys.readouterr().out
     for name in ("transformer_base", "transformer_small", "transformer_tiny", "doc2doc_small", "mr_small"):
         assert name in out
+    from docnmt.config import Config, preset_names
+    for name in preset_names():           # every preset resolves (parents, strict keys, valid values)
+        assert Config.load(name).model.d_model > 0, name
+    assert Config.load("p_transformer_nocross_small").model.pos_attn_cross is False
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "--update-freq" in capsys.readouterr().out
