@@ -276,15 +276,16 @@ def dls_segments(src_costs: np.ndarray, tgt_costs: np.ndarray, start: int, end: 
 
 
 def dls_instances(corpus: Corpus, epoch: int, seed: int, start_epoch: int, max_length: int,
-                  max_sents: int = 1000) -> np.ndarray:
+                  max_sents: int = 1000, marks: int = 1) -> np.ndarray:
     """Dynamic length sampling: this epoch's segmentation of every training document, drawn
     with p_T(l) at T = dls_temperature(epoch) from an RNG seeded by (seed, epoch): the same on
-    every process and after a resume. A sentence costs its tokens plus the one separator or
-    end token it carries."""
+    every process and after a resume. A sentence costs its tokens plus the ``marks`` tokens
+    the format adds to it (1: the separator or end token it carries; 2: G-Transformer's
+    ``<s> … </s>``)."""
     p = dls_probabilities(dls_temperature(epoch, start_epoch), max_length)
     rng = np.random.default_rng([seed, epoch])
-    src = corpus.src.lengths + 1
-    tgt = src if corpus.tgt is None else corpus.tgt.lengths + 1
+    src = corpus.src.lengths + marks
+    tgt = src if corpus.tgt is None else corpus.tgt.lengths + marks
     draws = iter(rng.choice(max_length, size=corpus.n_sents + corpus.n_docs, p=p).tolist())
     draw = draws.__next__      # one budget per segment: at most one per sentence plus one per document
     rows = [(a, b, a) for d in range(corpus.n_docs) for a, b in dls_segments(src, tgt, *_bounds(corpus, d), draw, max_sents)]
@@ -297,7 +298,7 @@ def build_instances(corpus: Corpus, mode: ModeConfig, training: bool = True, epo
     with dynamic length sampling the training instances depend on (seed, epoch)."""
     if training and mode.dls and mode.mode == "doc2doc":
         rows = dls_instances(corpus, epoch, seed, mode.dls_start_epoch, mode.max_instance_tokens,
-                             mode.max_instance_sents)
+                             mode.max_instance_sents, marks=2 if mode.separator == "group" else 1)
         if mode.mix_sentences:
             rows = np.concatenate([rows, sent_instances(corpus)])
         return rows

@@ -16,7 +16,10 @@ One search for every method. Its extension points:
 Scores follow fairseq: sum of token log-probabilities divided by ``length ** lenpen`` (or GNMT's
 ``((5 + length) / 6) ** lenpen`` with ``lenpen_style: gnmt``, SPEC §7.5) with the
 length counting ``</s>``; a sentence is finished once ``beam`` hypotheses have ended, and it is
-then dropped from the batch so the remaining sentences run faster.
+then dropped from the batch so the remaining sentences run faster. A forced prefix is context,
+not output: its tokens cost nothing and do not count in the length, so only the generated part
+is normalised (sliding decoding "beam-searches only the new sentences", SPEC §6.3; two-pass
+decoding only the current one, §5.5), and a long prefix does not weaken the length penalty.
 """
 from __future__ import annotations
 
@@ -110,8 +113,8 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
         # finalise hypotheses that end here (only among the K best candidates, as fairseq does)
         is_eos[:, K:] = False
         if is_eos.any():
-            length = step + 1
-            norm = top_scores / length_penalty(length, cfg)
+            length = (step + 1 - pre_len[alive]).clamp(min=1).float()      # generated tokens, </s> included
+            norm = top_scores / length_penalty(length, cfg)[:, None]
             for i, j in is_eos.nonzero().tolist():
                 s = int(alive[i])
                 if len(finished[s]) < K:
@@ -153,7 +156,8 @@ def _next_lprobs(model: Transformer, hidden: Tensor, forced: Tensor) -> Tensor:
     return out
 
 
-def length_penalty(length: int, cfg: SearchConfig) -> float:
+def length_penalty(length, cfg: SearchConfig):
+    """The divisor of a hypothesis' summed log-probability (``length``: int or tensor)."""
     if cfg.lenpen_style == "gnmt":
         return ((5 + length) / 6) ** cfg.lenpen
     if cfg.lenpen_style != "fairseq":

@@ -161,6 +161,10 @@ class Translator:
             return [(rows, rows[:, 2].copy())]
         costs = corpus.src.lengths + self.joiner.overhead(np.ones(1, dtype=np.int64), "src")
         budget = int(search.sliding_window * self.cfg.data.max_instance_tokens)
+        if budget <= 0:
+            raise ConfigError("sliding decoding needs a window: the instance budget "
+                              f"(--max-instance-tokens {self.cfg.data.max_instance_tokens}) times "
+                              f"--sliding-window {search.sliding_window} is not a positive number of tokens")
         per_doc = []
         for d in range(corpus.n_docs):
             a0, b0 = int(corpus.doc_offsets[d]), int(corpus.doc_offsets[d + 1])

@@ -1,5 +1,6 @@
 """Length-bias fixes (SPEC §2.5, §6; §13 items 6-8): dynamic length sampling, length-aware attention."""
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -7,7 +8,9 @@ import pytest
 from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data, translate_checked
 from docnmt.data import (ModeConfig, build_instances, dls_instances, dls_probabilities, dls_segments,
                          dls_temperature)
+from docnmt.errors import ConfigError
 from docnmt.train import Trainer
+from docnmt.translate import Translator
 
 
 def test_dls_distribution_follows_the_temperature_schedule():
@@ -43,6 +46,27 @@ def test_dls_instances_are_seeded_per_epoch_and_cover_each_sentence_once(tiny_co
     mode = ModeConfig("doc2doc", max_instance_tokens=128, dls=True, dls_start_epoch=2)
     np.testing.assert_array_equal(build_instances(tiny_corpus, mode, epoch=5), rows(5))
     assert not np.array_equal(build_instances(tiny_corpus, mode, training=False), rows(5))  # validation: fixed
+
+
+def test_dls_segments_of_the_group_format_stay_under_the_budget(tiny_vocab):
+    """G-Transformer's format adds <s> and </s> to every sentence: DLS counts both, so a
+    segment of several sentences stays under the largest budget it can draw on both sides
+    (short sentences, where one mark per sentence used to overshoot it)."""
+    from docnmt.data import Corpus
+    from docnmt.document import Document
+    words = ["Yes.", "No.", "Thanks!", "Go on.", "Right.", "Okay."]
+    docs = [Document(str(d), [words[(d + i) % 6] for i in range(80)], [words[(d + 2 * i) % 6] for i in range(80)])
+            for d in range(3)]
+    corpus = Corpus.encode(docs, tiny_vocab)
+    src, tgt = corpus.src.lengths, corpus.tgt.lengths
+    mode = ModeConfig("doc2doc", max_instance_tokens=64, dls=True, dls_start_epoch=2, separator="group")
+    multi = 0
+    for epoch in (6, 7, 8, 9):
+        for a, b, _ in build_instances(corpus, mode, epoch=epoch):
+            if b - a > 1:
+                multi += 1
+                assert src[a:b].sum() + 2 * (b - a) < 64 and tgt[a:b].sum() + 2 * (b - a) < 64
+    assert multi > 10
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
@@ -163,3 +187,7 @@ def test_sliding_decoding_translates_every_sentence_once(tmp_path, method):
     Trainer(tiny_config("doc2doc", max_update=6).override(over), data, tmp_path / "m", progress_bar=False).train()
     _, _, _, report = translate_checked(tmp_path / "m", tmp_path / "raw/ted.en", 14, sliding=True)
     assert report.instances > 2 * 2                                  # several windows per document
+    tr = Translator.load(tmp_path / "m", device="cpu")
+    tr.cfg.data.max_instance_tokens = 0                              # --max-instance-tokens 0: no window
+    with pytest.raises(ConfigError, match="sliding decoding needs a window"):
+        tr.translate([["One.", "Two."]], replace(tr.cfg.decode, sliding=True))

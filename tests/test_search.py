@@ -135,6 +135,26 @@ def test_length_limit_ends_with_the_models_eos_cost(trained):
     assert hyp.score == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.parametrize("lenpen", [1.0, 0.6])
+def test_a_forced_prefix_is_context_not_length(trained, lenpen):
+    """With a forced prefix the score is the generated part's log-probability (</s> included)
+    over its own length: the prefix neither costs nor counts (SPEC §6.3: only the new sentences
+    are searched)."""
+    tr, _ = trained
+    src, _ = sources(tr, 2)
+    prefix = [[5, 6, 7, 8, 9, 10, 11, 12], [13, 14, 15]]
+    out = beam_search(tr.model, src, SearchConfig(beam=3, max_len_b=6, lenpen=lenpen), 2, 3, banned=[0, 2],
+                      prefix=prefix)
+    for i, (pre, hyps) in enumerate(zip(prefix, out)):
+        hyp = hyps[0]
+        tokens = torch.tensor([[2] + pre + hyp.tokens])
+        with torch.no_grad():
+            lp = torch.log_softmax(tr.model(src[i: i + 1], tokens), -1)[0]
+        new = hyp.tokens + [3]
+        total = sum(float(lp[len(pre) + j, t]) for j, t in enumerate(new))
+        assert hyp.score == pytest.approx(total / len(new) ** lenpen, abs=1e-4)
+
+
 def test_gnmt_length_penalty():
     from docnmt.search import length_penalty
     assert length_penalty(7, SearchConfig(lenpen=0.6, lenpen_style="gnmt")) == pytest.approx((12 / 6) ** 0.6)
