@@ -280,8 +280,8 @@ def dls_instances(corpus: Corpus, epoch: int, seed: int, start_epoch: int, max_l
     """Dynamic length sampling: this epoch's segmentation of every training document, drawn
     with p_T(l) at T = dls_temperature(epoch) from an RNG seeded by (seed, epoch): the same on
     every process and after a resume. A sentence costs its tokens plus the ``marks`` tokens
-    the format adds to it (1: the separator or end token it carries; 2: G-Transformer's
-    ``<s> … </s>``)."""
+    its format adds to it (``Joiner.overhead`` of one sentence: the separator or end token it
+    carries; G-Transformer's ``<s> … </s>``)."""
     p = dls_probabilities(dls_temperature(epoch, start_epoch), max_length)
     rng = np.random.default_rng([seed, epoch])
     src = corpus.src.lengths + marks
@@ -298,7 +298,7 @@ def build_instances(corpus: Corpus, mode: ModeConfig, training: bool = True, epo
     with dynamic length sampling the training instances depend on (seed, epoch)."""
     if training and mode.dls and mode.mode == "doc2doc":
         rows = dls_instances(corpus, epoch, seed, mode.dls_start_epoch, mode.max_instance_tokens,
-                             mode.max_instance_sents, marks=2 if mode.separator == "group" else 1)
+                             mode.max_instance_sents, marks=int(joiner_class(mode.separator).overhead(1, "src")))
         if mode.mix_sentences:
             rows = np.concatenate([rows, sent_instances(corpus)])
         return rows
@@ -336,7 +336,8 @@ class Joiner:
         self.start, self.end = vocab.bos, vocab.eos
         self.context_sents, self.context_self = 0, False
 
-    def overhead(self, n_sents: np.ndarray, side: str) -> np.ndarray:
+    @staticmethod
+    def overhead(n_sents: np.ndarray, side: str) -> np.ndarray:
         """Tokens added to ``n_sents`` sentences on the source or in the decoder input."""
         return n_sents    # N−1 separators plus </s> (source) or <s> (decoder input)
 
@@ -408,7 +409,8 @@ class GroupJoiner(Joiner):
         self.sep_ids = set()
         self.start = self.end = vocab.id("<eod>")
 
-    def overhead(self, n_sents: np.ndarray, side: str) -> np.ndarray:
+    @staticmethod
+    def overhead(n_sents: np.ndarray, side: str) -> np.ndarray:
         return 2 * n_sents + (side == "tgt")    # <s> … </s> per sentence, and EOD
 
     def output_specials(self, sentence_targets: bool) -> set[int]:
@@ -458,7 +460,8 @@ class GlobalIndexJoiner(Joiner):
     def __init__(self, vocab: Vocab, separator: str = "global_index"):
         super().__init__(vocab, "index")
 
-    def overhead(self, n_sents: np.ndarray, side: str) -> np.ndarray:
+    @staticmethod
+    def overhead(n_sents: np.ndarray, side: str) -> np.ndarray:
         return 2 * n_sents - (side == "tgt")      # <sepj> … </s> per sentence; decoder input lacks the last </s>
 
     def output_specials(self, sentence_targets: bool) -> set[int]:
@@ -491,12 +494,15 @@ class GlobalIndexJoiner(Joiner):
         return _split_at_eos(ids, n, self.vocab.eos, {self.vocab.bos, self.vocab.pad, *self.sep_ids})
 
 
+def joiner_class(separator: str) -> type[Joiner]:
+    return {"group": GroupJoiner, "global_index": GlobalIndexJoiner}.get(separator, Joiner)
+
+
 def make_joiner(vocab: Vocab, separator: str, context_input: int = 0, context_self: bool = False) -> Joiner:
     """The format a config names; ``context_input`` > 0 adds a context input of that many
     previous source sentences to every batch (``ctx``); with ``context_self`` a pair from a
     sentence-level corpus gets its own source sentence as context (SPEC C24)."""
-    cls = {"group": GroupJoiner, "global_index": GlobalIndexJoiner}.get(separator, Joiner)
-    joiner = cls(vocab, separator)
+    joiner = joiner_class(separator)(vocab, separator)
     joiner.context_sents, joiner.context_self = context_input, context_self
     return joiner
 
