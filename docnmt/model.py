@@ -14,8 +14,10 @@ Methods differ from the baseline mainly in attention, so attention takes its var
 * ``q_add`` / ``k_add``: tensors added to the *inputs* of the query / key projections only,
   never the values (position-aware attention, SPEC §4.1);
 * ``bias``: an additive logit term, a tensor or a callable ``bias(q, name)`` of the projected,
-  per-head (and scaled) queries and the attention module's name, which the module turns into a
-  tensor before attending (relative positions, per-layer tables, SPEC §4.2);
+  per-head (and scaled) queries and the attention module's name, which the module calls before
+  attending (per-layer tables); it may return :class:`RelativeLogits`, a term that depends on
+  the query and the key's distance from it, which attention then computes block by block of
+  queries without a dense N×N bias (relative positions, SPEC §4.2);
 * ``scale``: a per-query multiplier of the logits (length-aware attention, SPEC §6.2);
 * ``visible``: ``mask`` again as a FlexAttention ``mask_mod(b, h, i, j) -> allowed``, so that on
   CUDA the attention skips every fully blocked tile instead of reading a dense mask (DocFlat's
@@ -205,7 +207,7 @@ class AttnSpec:
     is_causal: bool = False
     q_add: Tensor | None = None
     k_add: Tensor | None = None
-    bias: Tensor | Callable[[Tensor, str], Tensor] | None = None
+    bias: "Tensor | RelativeLogits | Callable[[Tensor, str], Tensor | RelativeLogits] | None" = None
     scale: Tensor | None = None
     groups: tuple[Tensor, Tensor] | None = None
     visible: Callable | None = None
@@ -224,7 +226,7 @@ def attention_weights(q: Tensor, k: Tensor, spec: AttnSpec) -> Tensor:
         q = q * spec.scale
     logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
     if spec.bias is not None:
-        logits = logits + spec.bias
+        logits = logits + _dense(spec.bias)
     blocked = _blocked(spec, q.size(-2), k.size(-2), q.device)
     if blocked is not None:
         logits = logits.masked_fill(blocked, torch.finfo(logits.dtype).min)
@@ -270,6 +272,8 @@ def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: flo
         return attention_flex(q, k, v, spec)
     if spec.scale is not None:
         q = q * spec.scale
+    if isinstance(spec.bias, RelativeLogits) and dropout == 0.0 and spec.groups is None:
+        return attention_relative(q, k, v, spec)
     if spec.bias is None:
         n_q, n_k = q.size(-2), k.size(-2)
         if spec.mask is None and (not spec.is_causal or n_q == n_k or n_q == 1):
@@ -277,11 +281,138 @@ def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: flo
                                                   is_causal=spec.is_causal and n_q > 1)
         allowed = ~_blocked(spec, q.size(-2), k.size(-2), q.device)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout)
-    bias = spec.bias.to(q.dtype)
+    bias = _dense(spec.bias).to(q.dtype)
     blocked = _blocked(spec, q.size(-2), k.size(-2), q.device)
     if blocked is not None:
         bias = bias.masked_fill(blocked, torch.finfo(q.dtype).min)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
+
+
+# --------------------------------------------------------------------------------------------
+# Relative logits: a bias that depends on the query and the key's distance from it
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class RelativeLogits:
+    """The logit term ``scale · q_i · table[clamp(center + j − i, 0, R − 1)]`` for queries
+    i = 0 … nq−1 of ``q`` (B, h, nq, d_h) and keys j = 0 … n_keys−1, R = len(table):
+    ``center`` is the table row of distance 0 for the first query (relative positions,
+    Shaw et al. / Music Transformer, SPEC §4.2).
+
+    A block of queries needs only the table rows of its distances (block + keys − 1 of them):
+    their products with the queries, shifted by one column per query (a strided "skew" view), are
+    the block's term. :func:`attention_relative` computes attention this way block by block;
+    :meth:`dense` is the whole (B, h, nq, n_keys) tensor, with gradients."""
+
+    q: Tensor
+    table: Tensor
+    center: int
+    n_keys: int
+    scale: float
+
+    def dense(self) -> Tensor:
+        nq = self.q.size(-2)
+        idx = _relative_rows(self.center, 0, nq, self.n_keys, self.table)
+        return _skew((self.q @ self.table[idx].to(self.q.dtype).t()) * self.scale, nq, self.n_keys)
+
+
+def _dense(bias: "Tensor | RelativeLogits") -> Tensor:
+    return bias.dense() if isinstance(bias, RelativeLogits) else bias
+
+
+def _relative_rows(center: int, i0: int, i1: int, n_keys: int, table: Tensor) -> Tensor:
+    """Table rows of queries i0 … i1−1 against keys 0 … n_keys−1: distance row of (last query,
+    key 0) first, one more per column (clamped: distances beyond the table share its ends)."""
+    first = center - (i1 - 1)
+    return torch.arange(first, first + n_keys + i1 - i0 - 1, device=table.device).clamp(0, table.size(0) - 1)
+
+
+def _skew(a: Tensor, n_q: int, n_keys: int) -> Tensor:
+    """(…, n_q, n_keys) view of ``a`` (…, n_q, n_keys + n_q − 1) whose row i starts at column
+    n_q − 1 − i: element (i, j) is a[i, j − i + n_q − 1] (contiguous ``a``: no copy)."""
+    a = a.contiguous()
+    return a.as_strided((*a.shape[:-1], n_keys), (*a.stride()[:-2], a.size(-1) - 1, 1),
+                        a.storage_offset() + n_q - 1)
+
+
+RELATIVE_BLOCK = 64   # queries per block in attention_relative (best of 16–128 on CPU, bench/relative_attention.py)
+
+
+def attention_relative(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tensor:
+    """Attention with a :class:`RelativeLogits` bias, equal to the dense form, computed
+    ``RELATIVE_BLOCK`` queries at a time: only the table rows a block needs are multiplied,
+    causal blocks stop at their last visible key, and the block's logits, softmax and
+    gradients stay small (cache-resident on CPU) instead of passing N×N tensors between
+    separate operations. No attention dropout."""
+    rel = spec.bias
+    mask = spec.mask
+    if mask is not None and mask.dim() < 4:
+        mask = mask.view(*(1,) * (4 - mask.dim()), *mask.shape)
+    return _RelativeAttention.apply(q, k, v, rel.q, rel.table, mask, spec.is_causal, rel.center, rel.scale)
+
+
+class _RelativeAttention(torch.autograd.Function):
+    """softmax(q kᵀ/√d + R) v with R a :class:`RelativeLogits` term, block by block of queries;
+    each block's attention weights are kept for the backward pass (as SDPA's explicit path
+    keeps the N×N weights)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, rq, table, mask, causal, center, rel_scale):
+        with torch.autocast(q.device.type, enabled=False):
+            nq, nk, scale = q.size(-2), k.size(-2), q.size(-1) ** -0.5
+            tab = table.to(q.dtype)
+            out = q.new_empty(*q.shape[:-1], v.size(-1))
+            blocks = []
+            for i0 in range(0, nq, RELATIVE_BLOCK):
+                i1 = min(nq, i0 + RELATIVE_BLOCK)
+                kk = min(nk, i1 + nk - nq) if causal else nk          # keys the block can see
+                idx = _relative_rows(center, i0, i1, kk, table)
+                s = torch.matmul(q[..., i0:i1, :], k[..., :kk, :].transpose(-1, -2)).mul_(scale)
+                s += _skew(torch.matmul(rq[..., i0:i1, :], tab[idx].t()).mul_(rel_scale), i1 - i0, kk)
+                blocked = _block_mask(mask, causal, i0, i1, kk, nk - nq, q.device)
+                if blocked is not None:
+                    s.masked_fill_(blocked, torch.finfo(s.dtype).min)
+                p = torch.softmax(s.float(), dim=-1).to(q.dtype)
+                out[..., i0:i1, :] = p @ v[..., :kk, :]
+                blocks.append((i0, i1, kk, idx, p))
+        ctx.save_for_backward(q, k, v, rq, table, out)
+        ctx.blocks, ctx.rel_scale = blocks, rel_scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, rq, table, out = ctx.saved_tensors
+        with torch.autocast(q.device.type, enabled=False):
+            dout = dout.to(q.dtype)
+            scale, tab = q.size(-1) ** -0.5, table.to(q.dtype)
+            dq, drq = torch.empty_like(q), torch.empty_like(rq)
+            dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+            dtable = torch.zeros_like(table, dtype=torch.float32)
+            delta = (dout * out).sum(-1, keepdim=True)
+            for i0, i1, kk, idx, p in ctx.blocks:
+                do, qb, rqb = dout[..., i0:i1, :], q[..., i0:i1, :], rq[..., i0:i1, :]
+                dv[..., :kk, :] += p.transpose(-1, -2) @ do
+                ds = (do @ v[..., :kk, :].transpose(-1, -2)).sub_(delta[..., i0:i1, :]).mul_(p)   # d logits
+                dq[..., i0:i1, :] = (ds @ k[..., :kk, :]).mul_(scale)
+                dk[..., :kk, :] += (ds.transpose(-1, -2) @ qb).mul_(scale)
+                da = ds.new_zeros(*ds.shape[:-1], idx.numel())       # d of the unskewed products
+                _skew(da, i1 - i0, kk).copy_(ds)
+                da.mul_(ctx.rel_scale)
+                drq[..., i0:i1, :] = da @ tab[idx]
+                dtable.index_add_(0, idx, (da.flatten(0, -2).t() @ rqb.flatten(0, -2)).float())
+        return dq, dk, dv, drq, dtable.to(table.dtype), None, None, None, None
+
+
+def _block_mask(mask: Tensor | None, causal: bool, i0: int, i1: int, kk: int, shift: int, device) -> Tensor | None:
+    """The blocked keys of queries i0 … i1−1 among keys 0 … kk−1 (queries aligned to the last
+    keys by ``shift`` = n_keys − n_queries)."""
+    blocked = None
+    if mask is not None:
+        blocked = mask[..., i0:i1, :kk] if mask.size(-2) > 1 else mask[..., :kk]
+    if causal:
+        c = torch.ones(i1 - i0, kk, dtype=torch.bool, device=device).triu(i0 + shift + 1)
+        blocked = c if blocked is None else blocked | c
+    return blocked
 
 
 GROUPED_ATTENTION = True   # False: group masks as dense N×N masks (the reference cost, for benchmarks)

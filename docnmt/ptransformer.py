@@ -10,8 +10,9 @@ the core's (Doc2Doc with ``<sepI>`` separators, Doc2Sent, Sent2Sent, mixtures).
   Q = (X_t+P_t)W_Q, K = (H_s+P_s)W_K, V = H_sW_V in cross-attention (Eq. 7; Eq. 6 swaps them).
   No new parameters. In incremental decoding the new query uses P at its own position.
 * **Relative term** (§4.2, Music-Transformer style) in every self-attention:
-  logits[i, j] += q_i · E[r(i, j)] / sqrt(d_h) with r(i, j) = clip(j − i, −M, M) + M, computed as
-  A = Q Eᵀ (n × (2M+1)) and a gather A[i, r(i, j)], never the I×I×d_h tensor. The queries are
+  logits[i, j] += q_i · E[r(i, j)] / sqrt(d_h) with r(i, j) = clip(j − i, −M, M) + M, computed
+  as the core's ``RelativeLogits``: per block of queries, the products with only the table rows
+  the block needs, skewed into place; never the I×I×d_h tensor, nor (in training) the I×I term. The queries are
   the position-aware ones. By default one table E ((2M+1) × d_h) is shared by all heads, layers,
   encoder and decoder (the paper's +65.6K parameters imply it, SPEC P5/C8).
 
@@ -33,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import ConfigError
-from .model import AttentionPolicy, AttnSpec, ModelConfig, SinusoidalPositions, Transformer
+from .model import AttentionPolicy, AttnSpec, ModelConfig, RelativeLogits, SinusoidalPositions, Transformer
 
 SHARING = ("all", "side", "layer")
 
@@ -61,27 +62,13 @@ class PositionAwarePolicy(AttentionPolicy):
             return self.rel_embed[0 if side == "enc" else 1]
         return self.rel_embed[int(layer) + (0 if side == "enc" else self.cfg.encoder_layers)]
 
-    def relative_bias(self, q: Tensor, name: str, offset: int, n_keys: int) -> Tensor:
-        """(B, h, nq, nk): q_i · E[clip(j − i) + M] / sqrt(d_h) for queries at positions
-        offset, offset+1, … and keys at 0 … n_keys−1.
-
-        Only the table rows the distances need are multiplied (nq + nk − 1 of them, not 2M+1).
-        Without clipping, row i of the result is row i of Q E_subᵀ shifted left by nq−1−i: a
-        strided view ("skewing"), no gather; with clipping, a gather of clamped indices."""
-        M, nq = self.cfg.rel_max_distance, q.size(-2)
-        c = M - offset                                  # table row of distance 0 for the first query
-        lo, hi = max(0, c - (nq - 1)), min(2 * M + 1, c + n_keys)
-        table = self.table(name)[lo:hi].to(q.dtype)
-        scores = (q / math.sqrt(q.size(-1))) @ table.t()                         # (B, h, nq, hi−lo)
-        if lo == c - (nq - 1) and hi == c + n_keys:     # no distance is clipped: skew
-            scores = scores.contiguous()
-            width = scores.size(-1)
-            return scores.as_strided((*scores.shape[:-1], n_keys),
-                                     (*scores.stride()[:-2], width - 1, 1), scores.storage_offset() + nq - 1)
-        i = torch.arange(nq, device=q.device)[:, None]
-        j = torch.arange(n_keys, device=q.device)[None, :]
-        index = ((j - i + c).clamp(0, 2 * M) - lo).expand(*q.shape[:-1], n_keys)
-        return scores.gather(-1, index)
+    def relative_bias(self, q: Tensor, name: str, offset: int, n_keys: int) -> RelativeLogits:
+        """q_i · E[clip(j − i) + M] / sqrt(d_h) for queries at positions offset, offset+1, …
+        and keys at 0 … n_keys−1, in the core's structured form: attention multiplies each
+        block of queries with only the table rows its distances need and never builds the
+        (B, h, nq, nk) term (``.dense()`` does, for reference)."""
+        M = self.cfg.rel_max_distance
+        return RelativeLogits(q, self.table(name), M - offset, n_keys, 1 / math.sqrt(q.size(-1)))
 
     def _relative(self, offset: int, n_keys: int):
         if self.rel_embed is None:

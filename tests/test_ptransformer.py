@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data, translate_checked
 from docnmt.config import Config
 from docnmt.errors import ConfigError
-from docnmt.model import AttnSpec, ModelConfig, MultiheadAttention, Transformer, sinusoidal_table
+from docnmt.model import (AttnSpec, ModelConfig, MultiheadAttention, RelativeLogits, Transformer,
+                          attention_sdpa, sinusoidal_table)
 from docnmt.ptransformer import PositionAwarePolicy, build
 from docnmt.train import Trainer
 
@@ -29,7 +30,7 @@ def test_relative_gather_equals_the_explicit_tensor():
     q = torch.randn(2, 4, 5, 8, requires_grad=True)
     grad = torch.randn(2, 4, 5, 14)
     for offset, n_keys in ((0, 5), (2, 6), (9, 14), (0, 14)):      # skewed view, and clipped gather
-        got = pol.relative_bias(q, "enc.0.self", offset, n_keys)
+        got = pol.relative_bias(q, "enc.0.self", offset, n_keys).dense()
         i = torch.arange(offset, offset + 5)[:, None]
         j = torch.arange(n_keys)[None, :]
         R = pol.rel_embed[0][(j - i).clamp(-M, M) + M]                  # (I, J, d_h): the explicit form
@@ -42,6 +43,27 @@ def test_relative_gather_equals_the_explicit_tensor():
     got = got.detach()
     clipped = float(q[0, 0, 0].detach() @ E[2 * M]) / math.sqrt(8)       # j − i = 13 > M: row 2M
     assert float(got[0, 0, 0, 13]) == pytest.approx(clipped, rel=1e-5)
+
+
+@pytest.mark.parametrize("causal, n_q, n_keys, M", [(False, 70, 70, 80), (True, 70, 70, 80),
+                                                    (False, 45, 45, 6), (True, 5, 40, 80)])
+def test_blocked_relative_attention_equals_the_dense_bias(causal, n_q, n_keys, M):
+    """attention_relative (block by block of queries, only the table rows each block needs)
+    gives SDPA-with-the-dense-term's outputs and gradients for q, k, v and the table: several
+    blocks, key padding, causality with queries aligned to the last keys, clipped distances."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 2, n, 8, requires_grad=True) for n in (n_q, n_keys, n_keys))
+    table = torch.randn(2 * M + 1, 8, requires_grad=True)
+    pad = torch.zeros(3, 1, 1, n_keys, dtype=torch.bool)
+    pad[1, ..., n_keys - 7:] = True
+    rel = RelativeLogits(q, table, M - (n_keys - n_q), n_keys, 8 ** -0.5)
+    grad = torch.randn(3, 2, n_q, 8)
+    outs = []
+    for bias in (rel, rel.dense()):
+        out = attention_sdpa(q, k, v, AttnSpec(mask=pad, is_causal=causal, bias=bias))
+        outs.append((out, *torch.autograd.grad((out * grad).sum(), (q, k, v, table))))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_positions_reach_queries_and_keys_but_not_values():
