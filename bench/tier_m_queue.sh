@@ -2,23 +2,32 @@
 # Every pending Tier M comparison (PROTOCOL.md) in one queue, for a machine where they take many
 # CPU hours (about 2 hours per 4,000-update system on 2 cores): start it again after any
 # interruption and it resumes the unfinished run from its last checkpoint and skips what is done.
-# Order: what the most comparisons need first.
+# Order: the shared Doc2Doc baseline early (issues 2-5 compare with it), then what closes an
+# issue soonest.
 #   1. Sent2Sent            bench/tier_m.sh sent2sent=sent2sent_small (baselines; DocFlat's stage I)
-#   2. DocFlat              bench/tier_m_docflat.sh (3 × 1,000 fine-tuning updates, two-pass decoding)
-#   3. Doc2Doc, + DLS + LAA bench/tier_m_length_bias.sh (the Doc2Doc baseline is shared with 4-6)
-#   4. G-Transformer        random init, group sentence model, fine-tuned (docs/gtransformer.md)
-#   5. P-Transformer        p_transformer_small and its -cross-attn ablation (docs/ptransformer.md)
+#   2. Doc2Doc, + DLS + LAA bench/tier_m_length_bias.sh (the Doc2Doc baseline is shared with 3-6)
+#   3. P-Transformer        p_transformer_small and its -cross-attn ablation, then position probing
+#                           of Sent2Sent, Doc2Doc and P-Transformer (docs/ptransformer.md)
+#   4. DocFlat              bench/tier_m_docflat.sh (3 × 1,000 fine-tuning updates, two-pass decoding)
+#   5. G-Transformer        random init, group sentence model, fine-tuned (docs/gtransformer.md)
 #   6. Doc2Sent, MR         the rest of bench/tier_m_baselines.sh
 #   7. En-Fr suites         bench/enfr_suites.sh (contrastive accuracy, docs/discourse.md)
 # Usage: (nohup setsid bash bench/tier_m_queue.sh > runs/tierm/queue.log 2>&1 &)
 set -euo pipefail
 cd "$(dirname "$0")"
 step() { echo "== $(date '+%F %T') $*"; "$@"; }
+probe() {   # SPEC §8.6 on the Tier M models (docs/ptransformer.md), once
+  local R=../runs/tierm
+  [ -f $R/probe/probe.json ] || docnmt probe $R/sent2sent $R/doc2doc $R/pt \
+      --train ../../shared/data/ende/train/ted.en --valid ../../shared/data/ende/valid/news.en \
+      --test ../../shared/data/ende/valid/ted.en --lengths 64 128 256 512 1024 2048 --out $R/probe
+}
 step ./tier_m.sh sent2sent=sent2sent_small
-step bash tier_m_docflat.sh
 step bash tier_m_length_bias.sh
-step ./tier_m.sh gt=g_transformer_small gt_sent=g_transformer_sent_small gt_ft=g_transformer_finetune_small@gt_sent
 step ./tier_m.sh pt=p_transformer_small pt_nocross=p_transformer_nocross_small
+step probe || echo "probing failed: see above (the queue goes on)"
+step bash tier_m_docflat.sh
+step ./tier_m.sh gt=g_transformer_small gt_sent=g_transformer_sent_small gt_ft=g_transformer_finetune_small@gt_sent
 step ./tier_m_baselines.sh
 step bash enfr_suites.sh
 echo "== $(date '+%F %T') queue finished"
