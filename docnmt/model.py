@@ -1061,6 +1061,15 @@ class Transformer(nn.Module):
         return loss, nll, int(select.sum())
 
     @staticmethod
+    def expand_cache(cache: dict, index: Tensor) -> None:
+        """A cache filled with one row per input becomes one with rows ``index`` (each input
+        repeated once per beam). Static (cross-attention) entries are dropped: the next step
+        computes them again from the encoder output, in the layout its beams need."""
+        for name in cache.get("_static", set()) & cache.keys():
+            del cache[name]
+        Transformer.reorder_cache(cache, index)
+
+    @staticmethod
     def reorder_cache(cache: dict, index: Tensor, static_index: Tensor | None = None, beams: int = 1) -> None:
         """Reorder the cached keys/values of decoder self-attention rows by ``index``; the static
         (cross-attention) ones only by ``static_index``, when rows of whole inputs were dropped

@@ -5,8 +5,9 @@ One search for every method. Its extension points:
 * ``prefix``: target tokens forced at the start of each hypothesis (sliding decoding and
   two-pass decoding force an already translated context); an end token among them, such as a
   context sentence's ``</s>``, does not end the hypothesis. The first ``min(len(prefix))`` forced
-  tokens go through the decoder in one pass (a model's incremental decoding must give the same
-  states for a multi-token first step as step by step: tested for every method);
+  tokens go through the decoder in one pass, once per input rather than once per beam (a
+  model's incremental decoding must give the same states for a multi-token first step as step
+  by step, and its cache must survive :meth:`Transformer.expand_cache`: tested for every method);
 * ``processors``: callables ``f(step, tokens, lprobs, rows)`` that edit the log-probabilities of
   the next token in place, ``tokens`` being each hypothesis' prefix (``<s>`` first) and ``rows``
   the index of the input sentence each row belongs to (finite-state constraints such as
@@ -43,6 +44,9 @@ class SearchConfig:
     nbest: int = 1
 
 
+SHARED_PREFILL = True   # False: a forced prefix goes through the decoder once per beam (tests compare)
+
+
 @dataclass
 class Hypothesis:
     tokens: list[int]   # generated tokens after the forced prefix, without </s>
@@ -72,7 +76,6 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     max_len = torch.maximum(max_len.clamp(max=max_pos), pre_len + 1)   # room for a forced prefix
     forced = _prefix_tensor(prefix, B, device)
 
-    enc = enc.expand_beams(K)
     tokens = torch.as_tensor(bos, dtype=torch.long, device=device).expand(B).repeat_interleave(K)[:, None]
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0                                                # all beams start identical
@@ -82,10 +85,16 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     banned_t = torch.tensor(sorted(set(banned) - {eos}), dtype=torch.long, device=device)
 
     # the forced prefix all rows share in length (the shortest) goes through the decoder in one
-    # pass: the same states as step by step (it is forced at no cost), without a step per token
+    # pass: the same states as step by step (it is forced at no cost), without a step per token;
+    # the beams of an input are identical until it ends, so this pass runs once per input and
+    # the cache is then copied to the beams (its last token is fed by the first step below)
     start = int(pre_len.min()) if forced is not None else 0
     if start:
         tokens = torch.cat([tokens, forced[:, :start].repeat_interleave(K, 0)], dim=1)
+        if SHARED_PREFILL:
+            model.decode(tokens[::K, :start], enc, cache)
+            model.expand_cache(cache, torch.arange(B, device=device).repeat_interleave(K))
+    enc = enc.expand_beams(K)
     for step in range(start, int(max_len.max()) + 1):
         n = alive.numel()
         hidden = model.decode(tokens, enc, cache)[:, -1]

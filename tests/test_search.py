@@ -161,3 +161,48 @@ def test_gnmt_length_penalty():
     assert length_penalty(7, SearchConfig(lenpen=1.0)) == 7
     with pytest.raises(ValueError):
         length_penalty(7, SearchConfig(lenpen_style="other"))
+
+
+def _method_models():
+    """A small random model of every method (the builders tests of each method use)."""
+    from docnmt import context_transformer, docflat, gtransformer, ptransformer
+    from docnmt.model import AttentionPolicy, ModelConfig, Transformer
+    base = dict(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    cfg = lambda **kw: ModelConfig(**{**base, **kw})  # noqa: E731
+    return {
+        "transformer": Transformer(cfg(), AttentionPolicy(cfg())),
+        "length_aware": Transformer(cfg(length_aware=True), AttentionPolicy(cfg(length_aware=True))),
+        "gtransformer": gtransformer.build(cfg(method="gtransformer", combined_enc_self=1, combined_dec_self=1,
+                                               combined_cross=1), 2, 4),
+        "ptransformer": ptransformer.build(cfg(method="ptransformer", rel_max_distance=6)),
+        "context_transformer": context_transformer.build(cfg(method="context_transformer")),
+        "docflat": docflat.build(cfg(method="docflat")),
+        "docflat_mbe": docflat.build(cfg(method="docflat", flat_block="mbe"), mean_token=1),
+    }
+
+
+@pytest.mark.parametrize("method", list(_method_models()))
+def test_a_shared_prefix_runs_once_per_input_with_the_same_result(method, monkeypatch):
+    """The forced prefix all inputs share in length goes through the decoder once per input and
+    the cache is copied to the beams: the same hypotheses and scores as feeding it once per beam,
+    for every method's cache (self-attention keys, cross and context attention, DocFlat's
+    cross-row attention, G-Transformer's tags)."""
+    from docnmt import search
+    torch.manual_seed(0)
+    model = _method_models()[method].eval()
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(5, 50, (3, 8), generator=g)
+    src[1, 6:] = 0
+    inputs = {"ctx": torch.randint(5, 50, (3, 6), generator=g)} if method == "context_transformer" else None
+    prefix = [[7, 8, 9, 10, 11, 2, 12], [13, 14, 15, 16], [17, 18, 19, 20, 21]]
+    if method == "gtransformer":                       # sentences of the group format: <s> … </s>
+        prefix = [[2, 7, 8, 3, 2, 9], [2, 10, 11, 3], [2, 12, 13, 14, 3]]
+    runs = []
+    for shared in (True, False):
+        monkeypatch.setattr(search, "SHARED_PREFILL", shared)
+        out = beam_search(model, src, SearchConfig(beam=3, max_len_b=5, nbest=3), 2, 3, banned=[0],
+                          prefix=prefix, inputs=inputs)
+        runs.append(out)
+    for a, b in zip(*runs):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], rel=1e-5)
