@@ -129,3 +129,22 @@ def test_train_and_translate_documents(tmp_path):
                                                          "data.max_instance_tokens": 160})
     Trainer(cfg, data, tmp_path / "m", progress_bar=False).train()
     translate_checked(tmp_path / "m", tmp_path / "raw/ted.en", 10)
+
+
+def test_blocked_relative_attention_in_bf16():
+    """The bf16 path GPUs take (fp32 softmax and table gradient): close to fp32, gradients in
+    each input's own dtype."""
+    from docnmt.model import attention_relative
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 70, 8) for _ in range(3))
+    table = torch.randn(161, 8, requires_grad=True)
+    res = []
+    for dtype in (torch.float32, torch.bfloat16):
+        qkv = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+        rel = RelativeLogits(qkv[0], table, 80, 70, 8 ** -0.5)
+        out = attention_relative(*qkv, AttnSpec(is_causal=True, bias=rel))
+        grads = torch.autograd.grad(out.float().sum(), (*qkv, table))
+        assert out.dtype == dtype and [g.dtype for g in grads] == [dtype] * 3 + [torch.float32]
+        res.append((out, *grads))
+    for a, b in zip(*res):
+        torch.testing.assert_close(b.float(), a, rtol=0.05, atol=0.05)
