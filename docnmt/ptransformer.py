@@ -12,8 +12,8 @@ the core's (Doc2Doc with ``<sepI>`` separators, Doc2Sent, Sent2Sent, mixtures).
 * **Relative term** (§4.2, Music-Transformer style) in every self-attention:
   logits[i, j] += q_i · E[r(i, j)] / sqrt(d_h) with r(i, j) = clip(j − i, −M, M) + M, computed
   as the core's ``RelativeLogits``: per block of queries, the products with only the table rows
-  the block needs, skewed into place; never the I×I×d_h tensor, nor (in training) the I×I term. The queries are
-  the position-aware ones. By default one table E ((2M+1) × d_h) is shared by all heads, layers,
+  the block needs, skewed into place; never the I×I×d_h tensor, nor (in training) the I×I term.
+  The queries are the position-aware ones. By default one table E ((2M+1) × d_h) is shared by all heads, layers,
   encoder and decoder (the paper's +65.6K parameters imply it, SPEC P5/C8).
 
 Choices where the paper is silent (SPEC C6, C8): sign j − i (key minus query); scaling
