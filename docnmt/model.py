@@ -345,10 +345,8 @@ def attention_relative(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tenso
     gradients stay small (cache-resident on CPU) instead of passing N×N tensors between
     separate operations. No attention dropout."""
     rel = spec.bias
-    mask = spec.mask
-    if mask is not None and mask.dim() < 4:
-        mask = mask.view(*(1,) * (4 - mask.dim()), *mask.shape)
-    return _RelativeAttention.apply(q, k, v, rel.q, rel.table, mask, spec.is_causal, rel.center, rel.scale)
+    blocked = _blocked(spec, q.size(-2), k.size(-2), q.device)
+    return _RelativeAttention.apply(q, k, v, rel.q, rel.table, blocked, spec.is_causal, rel.center, rel.scale)
 
 
 class _RelativeAttention(torch.autograd.Function):
@@ -357,7 +355,7 @@ class _RelativeAttention(torch.autograd.Function):
     keeps the N×N weights)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, rq, table, mask, causal, center, rel_scale):
+    def forward(ctx, q, k, v, rq, table, blocked, causal, center, rel_scale):
         with torch.autocast(q.device.type, enabled=False):
             nq, nk, scale = q.size(-2), k.size(-2), q.size(-1) ** -0.5
             tab = table.to(q.dtype)
@@ -369,9 +367,9 @@ class _RelativeAttention(torch.autograd.Function):
                 idx = _relative_rows(center, i0, i1, kk, table)
                 s = torch.matmul(q[..., i0:i1, :], k[..., :kk, :].transpose(-1, -2)).mul_(scale)
                 s += _skew(torch.matmul(rq[..., i0:i1, :], tab[idx].t()).mul_(rel_scale), i1 - i0, kk)
-                blocked = _block_mask(mask, causal, i0, i1, kk, nk - nq, q.device)
-                if blocked is not None:
-                    s.masked_fill_(blocked, torch.finfo(s.dtype).min)
+                if blocked is not None:       # (…, nq or 1, nk): this block's queries, its keys
+                    s.masked_fill_(blocked[..., i0:i1, :kk] if blocked.size(-2) > 1 else blocked[..., :kk],
+                                   torch.finfo(s.dtype).min)
                 p = torch.softmax(s.float(), dim=-1).to(q.dtype)
                 out[..., i0:i1, :] = p @ v[..., :kk, :]
                 blocks.append((i0, i1, kk, idx, p))
@@ -401,18 +399,6 @@ class _RelativeAttention(torch.autograd.Function):
                 drq[..., i0:i1, :] = da @ tab[idx]
                 dtable.index_add_(0, idx, (da.flatten(0, -2).t() @ rqb.flatten(0, -2)).float())
         return dq, dk, dv, drq, dtable.to(table.dtype), None, None, None, None
-
-
-def _block_mask(mask: Tensor | None, causal: bool, i0: int, i1: int, kk: int, shift: int, device) -> Tensor | None:
-    """The blocked keys of queries i0 … i1−1 among keys 0 … kk−1 (queries aligned to the last
-    keys by ``shift`` = n_keys − n_queries)."""
-    blocked = None
-    if mask is not None:
-        blocked = mask[..., i0:i1, :kk] if mask.size(-2) > 1 else mask[..., :kk]
-    if causal:
-        c = torch.ones(i1 - i0, kk, dtype=torch.bool, device=device).triu(i0 + shift + 1)
-        blocked = c if blocked is None else blocked | c
-    return blocked
 
 
 GROUPED_ATTENTION = True   # False: group masks as dense N×N masks (the reference cost, for benchmarks)
