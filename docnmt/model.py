@@ -422,34 +422,26 @@ def _group_spans(tags: Tensor, n_groups: int) -> tuple[Tensor, Tensor]:
 GROUP_BUCKETS = 4   # size buckets of sentence blocks in attention_grouped
 
 
-def _attend_blocks(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float, out: Tensor,
-                   b_idx: Tensor, q_start: Tensor, q_size: Tensor, k_start: Tensor, k_size: Tensor) -> Tensor:
-    """Attention inside the given (row, group) blocks, padded to the longest of them; returns
-    ``out`` (B·nq, h, d) with the blocks' query rows filled in."""
-    B, h, nq, d = q.shape
-    nk = k.size(2)
+def _block_plan(spec: AttnSpec, nq: int, nk: int, b_idx: Tensor, q_start: Tensor, q_size: Tensor,
+                k_start: Tensor, k_size: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One bucket of (row, group) blocks, padded to its longest sentence: the token indices of
+    its queries (G, lq) and keys (G, lk) in the token-major (B·n) layout, which query slots are
+    real (G, lq), and the allowed-mask (G, 1, lq, lk)."""
+    dev = q_start.device
     lq, lk = int(q_size.max()), max(int(k_size.max()), 1)
-    q_pos = q_start[:, None] + torch.arange(lq, device=q.device)
-    k_pos = k_start[:, None] + torch.arange(lk, device=q.device)
-    q_real = torch.arange(lq, device=q.device) < q_size[:, None]
-    k_real = torch.arange(lk, device=q.device) < k_size[:, None]
+    q_pos = q_start[:, None] + torch.arange(lq, device=dev)
+    k_pos = k_start[:, None] + torch.arange(lk, device=dev)
+    q_real = torch.arange(lq, device=dev) < q_size[:, None]
     q_flat = b_idx[:, None] * nq + q_pos.clamp(max=nq - 1)
     k_flat = b_idx[:, None] * nk + k_pos.clamp(max=nk - 1)
-    qb = q.transpose(1, 2).reshape(B * nq, h, d)[q_flat].transpose(1, 2)      # (G, h, lq, d)
-    kb = k.transpose(1, 2).reshape(B * nk, h, d)[k_flat].transpose(1, 2)
-    vb = v.transpose(1, 2).reshape(B * nk, h, d)[k_flat].transpose(1, 2)
-    if spec.scale is not None:
-        scale = spec.scale.expand(B, -1, nq, 1).transpose(1, 2).reshape(B * nq, -1, 1)[q_flat]
-        qb = qb * scale.transpose(1, 2)
-    allowed = k_real
+    allowed = torch.arange(lk, device=dev) < k_size[:, None]
     if spec.mask is not None:
-        allowed = allowed & ~spec.mask.expand(B, 1, 1, nk).reshape(B * nk)[k_flat]
+        allowed = allowed & ~spec.mask.expand(-1, 1, 1, nk).reshape(-1)[k_flat]
     allowed = allowed[:, None, None, :].expand(-1, 1, lq, lk)
     if spec.is_causal:      # within a block, key j is visible to query i iff its position is not later
         allowed = allowed & (k_pos[:, None, None, :] <= q_pos[:, None, :, None] + (nk - nq))
     allowed = allowed | ~allowed.any(-1, keepdim=True)            # padding rows of a block: anything
-    ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=allowed, dropout_p=dropout)
-    return out.index_copy(0, q_flat[q_real], ob.transpose(1, 2)[q_real])
+    return q_flat, k_flat, q_real, allowed
 
 
 def attention_grouped(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float = 0.0) -> Tensor:
@@ -459,41 +451,59 @@ def attention_grouped(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: 
     are sorted by size into a few buckets, each padded to its longest sentence, so time and
     memory grow with Σ sentence² rather than document²; tag-0
     queries (the decoder's start token, pads) attend over everything the spec allows, computed
-    densely for those few queries only. ``spec.mask`` may only restrict keys (padding)."""
+    densely for those few queries only. ``spec.mask`` may only restrict keys (padding).
+    Queries, keys and values are gathered for all buckets at once in a token-major layout and
+    the outputs put back with one copy: per-bucket gathers and their zero-filled gradients
+    cost more than the blocks' attention itself."""
     (q_tags, k_tags), B, h, nq, d = spec.groups, *q.shape
     nk = k.size(2)
     n_groups = int(max(q_tags.max(), k_tags.max()))
-    out = q.new_zeros(B, nq, h, d)
-    if n_groups > 0:
-        q_start, q_size = _group_spans(q_tags, n_groups)
+    qf = q.transpose(1, 2).reshape(B * nq, h, d)                   # token-major (B·nq, h, d)
+    if spec.scale is not None:
+        qf = qf * spec.scale.to(q.dtype).expand(B, -1, nq, 1).transpose(1, 2).reshape(B * nq, -1, 1)
+    rows, outs = [], []                                             # query tokens and their outputs
+    q_start, q_size = _group_spans(q_tags, n_groups)
+    b_idx, g_idx = (q_size > 0).nonzero(as_tuple=True)                        # the blocks
+    if len(b_idx):
         k_start, k_size = _group_spans(k_tags, n_groups)
-        b_idx, g_idx = (q_size > 0).nonzero(as_tuple=True)                    # the blocks
         blocks = (b_idx, q_start[b_idx, g_idx], q_size[b_idx, g_idx], k_start[b_idx, g_idx], k_size[b_idx, g_idx])
         # blocks of similar size together: each bucket is padded only to its own longest sentence
         order = torch.maximum(blocks[2], blocks[4]).argsort()
-        flat = out.reshape(B * nq, h, d)
-        for part in order.tensor_split(min(GROUP_BUCKETS, len(order))):
-            flat = _attend_blocks(q, k, v, spec, dropout, flat, *(x[part] for x in blocks))
-        out = flat.view(B, nq, h, d)
+        plans = [_block_plan(spec, nq, nk, *(x[part] for x in blocks))
+                 for part in order.tensor_split(min(GROUP_BUCKETS, len(order)))]
+        qi = torch.cat([p[0].reshape(-1) for p in plans])
+        ki = torch.cat([p[1].reshape(-1) for p in plans])
+        kf, vf = k.transpose(1, 2).reshape(B * nk, h, d), v.transpose(1, 2).reshape(B * nk, h, d)
+        parts = zip(plans, qf.index_select(0, qi).split([p[0].numel() for p in plans]),
+                    kf.index_select(0, ki).split([p[1].numel() for p in plans]),
+                    vf.index_select(0, ki).split([p[1].numel() for p in plans]))
+        for (q_flat, k_flat, q_real, allowed), qb, kb, vb in parts:
+            (G, lq), lk = q_flat.shape, k_flat.size(1)
+            blocks_of = lambda x, n: x.view(G, n, h, d).transpose(1, 2)  # noqa: E731
+            ob = F.scaled_dot_product_attention(blocks_of(qb, lq), blocks_of(kb, lk), blocks_of(vb, lk),
+                                                attn_mask=allowed, dropout_p=dropout)
+            real = q_real.reshape(-1).nonzero().squeeze(1)
+            outs.append(ob.transpose(1, 2).reshape(G * lq, h, d).index_select(0, real))
+            rows.append(q_flat.reshape(-1)[real])
     open_q = q_tags.eq(0)
     if open_q.any():            # tag-0 queries (start token, pads): dense, but only for them
         count = open_q.sum(1)
         n0 = int(count.max())
         pos = open_q.logical_not().to(torch.int8).argsort(dim=1, stable=True)[:, :n0]   # (B, n0)
-        real = torch.arange(n0, device=q.device) < count[:, None]
-        rows = q.gather(2, pos[:, None, :, None].expand(B, h, n0, d))
-        if spec.scale is not None:
-            rows = rows * spec.scale.expand(B, -1, nq, 1).gather(2, pos[:, None, :, None].expand(B, spec.scale.size(1), n0, 1))
+        real = (torch.arange(n0, device=q.device) < count[:, None]).reshape(-1).nonzero().squeeze(1)
+        flat = (torch.arange(B, device=q.device)[:, None] * nq + pos).reshape(-1)
+        sel = qf.index_select(0, flat).view(B, n0, h, d).transpose(1, 2)
         blocked = torch.zeros(B, 1, n0, nk, dtype=torch.bool, device=q.device)
         if spec.mask is not None:
             blocked = blocked | spec.mask.expand(B, 1, 1, nk)
         if spec.is_causal:
             blocked = blocked | (torch.arange(nk, device=q.device) > pos[:, None, :, None] + (nk - nq))
         blocked = blocked & blocked.logical_not().any(-1, keepdim=True)          # padding rows: anything
-        o = F.scaled_dot_product_attention(rows, k, v, attn_mask=~blocked, dropout_p=dropout)
-        b_idx = torch.arange(B, device=q.device)[:, None].expand(B, n0)
-        out = out.index_put((b_idx[real], pos[real]), o.transpose(1, 2)[real])
-    return out.transpose(1, 2)
+        o = F.scaled_dot_product_attention(sel, k, v, attn_mask=~blocked, dropout_p=dropout)
+        outs.append(o.transpose(1, 2).reshape(B * n0, h, d).index_select(0, real))
+        rows.append(flat[real])
+    out = q.new_zeros(B * nq, h, d).index_copy(0, torch.cat(rows), torch.cat(outs))
+    return out.view(B, nq, h, d).transpose(1, 2)
 
 
 _FLEX = None
