@@ -4,7 +4,7 @@
 
 One instance (batch 1) with source and target of L tokens (real Tier M Doc2Doc text, repeated to
 reach L), each length in its own process so peak memory is its own. Saves
-bench/results/length_scaling.json.
+bench/results/length_scaling_<preset>.json.
 """
 from __future__ import annotations
 

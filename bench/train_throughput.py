@@ -9,7 +9,8 @@ Each (preset, instance kind) runs in its own process so peak memory is its own. 
 data mode and batching, e.g. DocFlat's ordered pseudo-documents). The timed updates go
 through docnmt's own Trainer.update (forward, loss, backward, Adam), --max-tokens 4096, after
 warm-up updates that are not timed. ``--init-from DIR`` starts every preset from that model's
-weights (so a preset with ``train.freeze_pretrained`` times its frozen step 2). Prints a table and saves bench/results/train_throughput.json.
+weights (so a preset with ``train.freeze_pretrained`` times its frozen step 2). Prints a table and saves
+bench/results/train_throughput_<precision>_<presets>.json.
 """
 from __future__ import annotations
 

@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 from .errors import DocnmtError
+from .readers import FORMATS
+
+FORMAT_HELP = " | ".join(FORMATS)
 
 # flag -> (config key, type, help); shared by `train` (and the decode ones by `translate`)
 TRAIN_FLAGS = {
@@ -120,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bpe-merges", type=int, default=30000, help="moses-bpe: joint BPE merge operations")
     p.add_argument("--spm-model", help="reuse this SentencePiece model file, or the subword model (either kind) "
                                        "of a data/model directory")
-    p.add_argument("--format", default="auto", help="auto | marker | blankline | xml | jsonl | plain")
+    p.add_argument("--format", default="auto", help=FORMAT_HELP)
     p.add_argument("--max-sentence-tokens", type=int, default=1022)
     p.add_argument("--force", action="store_true", help="overwrite a non-empty --destdir")
 
@@ -139,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("translate", help="translate documents")
     p.add_argument("model", help="model directory")
     p.add_argument("--input", "-i", nargs="*", help="source file(s); stdin when omitted")
-    p.add_argument("--format", default="auto", help="input format: auto | marker | blankline | xml | jsonl | plain")
+    p.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP)
     p.add_argument("--output", "-o", help="output file (stdout when omitted); never overwritten without --force")
     p.add_argument("--output-format", default="marker", choices=["marker", "jsonl"])
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
