@@ -149,7 +149,8 @@ class FrameConstraint:
         batch's maxima, which would make outputs depend on batching.)"""
         return self.max_words.sum(1) + 2 * self.n_sents + 1
 
-    def __call__(self, step: int, tokens: Tensor, lprobs: Tensor, rows: Tensor) -> None:
+    def __call__(self, step: int, tokens: Tensor, lprobs: Tensor, rows: Tensor, limit: Tensor) -> None:
+        # ``limit`` is not needed: max_len() leaves room for every sentence at its maximum
         # tokens[:, 0] is the start token (EOD): neither <s> nor a word
         n_bos, n_eos = tokens.eq(self.bos).sum(1), tokens.eq(self.eos).sum(1)
         inside = n_bos > n_eos

@@ -8,10 +8,11 @@ One search for every method. Its extension points:
   tokens go through the decoder in one pass, once per input rather than once per beam (a
   model's incremental decoding must give the same states for a multi-token first step as step
   by step, and its cache must survive :meth:`Transformer.expand_cache`: tested for every method);
-* ``processors``: callables ``f(step, tokens, lprobs, rows)`` that edit the log-probabilities of
-  the next token in place, ``tokens`` being each hypothesis' prefix (``<s>`` first) and ``rows``
-  the index of the input sentence each row belongs to (finite-state constraints such as
-  G-Transformer's sentence frame);
+* ``processors``: callables ``f(step, tokens, lprobs, rows, limit)`` that edit the
+  log-probabilities of the next token in place, ``tokens`` being each hypothesis' prefix (``<s>``
+  first), ``rows`` the index of the input sentence each row belongs to and ``limit`` each row's
+  last step, where only the end token is left (finite-state constraints such as G-Transformer's
+  sentence frame and the length-bias sentence count);
 * ``banned``: token ids never generated (pad, ``<s>``, ``<mask>``, …).
 
 Scores follow fairseq: sum of token log-probabilities divided by ``length ** lenpen`` (or GNMT's
@@ -53,7 +54,7 @@ class Hypothesis:
     score: float        # length-normalised log-probability
 
 
-Processor = Callable[[int, Tensor, Tensor, Tensor], None]
+Processor = Callable[[int, Tensor, Tensor, Tensor, Tensor], None]
 
 
 @torch.inference_mode()
@@ -102,9 +103,9 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
         lprobs = _next_lprobs(model, hidden, step < pre_len[row_sent])
         eos_lprob = lprobs[:, eos].clone()        # what ending costs when the length limit forces it
         lprobs[:, banned_t] = float("-inf")
-        for proc in processors:
-            proc(step, tokens, lprobs, row_sent)
         lim = max_len[row_sent]
+        for proc in processors:
+            proc(step, tokens, lprobs, row_sent, lim)
         lprobs[pre_len[row_sent] + cfg.min_len > step, eos] = float("-inf")
         at_max = step >= lim
         if at_max.any():

@@ -45,19 +45,24 @@ def sliding_windows(costs: np.ndarray, budget: int) -> list[tuple[int, int]]:
 class SentenceCount:
     """The length-bias generator's sentence-count constraint for separator formats: among the
     separators only the next one (``<sep{c+1}>``, or ``<sep>``) is allowed while fewer than N−1
-    were produced, none afterwards, and the end token only once there are N−1. Counts include a
-    forced prefix. ``n_sents`` (B,) is each input row's number of sentences."""
+    were produced, none afterwards, and the end token only once there are N−1; when the steps
+    left up to the row's length limit (whose token is the end token) only fit the missing
+    separators and the end, the next separator is forced (SPEC §6.3). Counts include a forced
+    prefix. ``n_sents`` (B,) is each input row's number of sentences."""
 
     def __init__(self, n_sents: Tensor, sep_ids: list[int], next_sep: Tensor, end: int):
         self.n_sents, self.end = n_sents, end
         self.seps = torch.tensor(sorted(sep_ids), device=n_sents.device)
         self.next_sep = next_sep        # [c] = token id of the separator that follows c separators
 
-    def __call__(self, step: int, tokens: Tensor, lprobs: Tensor, rows: Tensor) -> None:
+    def __call__(self, step: int, tokens: Tensor, lprobs: Tensor, rows: Tensor, limit: Tensor) -> None:
         count = torch.isin(tokens, self.seps).sum(1)
-        more = (count < self.n_sents[rows] - 1).nonzero().squeeze(1)
+        missing = self.n_sents[rows] - count              # separators still to come, and the end
+        more = (missing > 1).nonzero().squeeze(1)
         nxt = self.next_sep[count[more].clamp(max=len(self.next_sep) - 1)]
         keep = lprobs[more, nxt].clone()
+        short = more[limit[more] - step + 1 <= missing[more]]   # steps left = marks missing
+        lprobs[short] = float("-inf")
         lprobs[:, self.seps] = float("-inf")
         lprobs[more, nxt] = keep
         lprobs[more, self.end] = float("-inf")

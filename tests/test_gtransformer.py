@@ -220,10 +220,10 @@ def test_frame_forces_sentence_end_at_the_maximum():
     frame = FrameConstraint(src, BOS, EOS, PAD, EOD, a=1.0, b=1)      # at most 2 words
     tokens = torch.tensor([[EOD, BOS, 20, 21]])
     lprobs = torch.zeros(1, 50)
-    frame(3, tokens, lprobs, torch.tensor([0]))
+    frame(3, tokens, lprobs, torch.tensor([0]), torch.tensor([99]))
     assert torch.isfinite(lprobs[0]).nonzero().squeeze(1).tolist() == [EOS]
     lprobs = torch.zeros(1, 50)
-    frame(4, torch.tensor([[EOD, BOS, 20, 21, EOS]]), lprobs, torch.tensor([0]))
+    frame(4, torch.tensor([[EOD, BOS, 20, 21, EOS]]), lprobs, torch.tensor([0]), torch.tensor([99]))
     assert torch.isfinite(lprobs[0]).nonzero().squeeze(1).tolist() == [EOD]     # no sentence left
 
 

@@ -169,11 +169,25 @@ def test_sentence_count_constraint_allows_the_next_separator_and_ends_at_n():
     sep = {1: 40, 2: 41, 3: 42}
     proc = SentenceCount(torch.tensor([3]), list(sep.values()), torch.tensor([40, 41, 42]), end=3)
     lprobs = torch.zeros(1, 50)
-    proc(2, torch.tensor([[2, 10, 40, 11]]), lprobs, torch.tensor([0]))       # one separator so far
+    far = torch.tensor([100])                                                   # length limit
+    proc(2, torch.tensor([[2, 10, 40, 11]]), lprobs, torch.tensor([0]), far)    # one separator so far
     assert torch.isfinite(lprobs[0, 41]) and not torch.isfinite(lprobs[0, [40, 42, 3]]).any()
+    assert torch.isfinite(lprobs[0, 12])                                          # words too
     lprobs = torch.zeros(1, 50)
-    proc(4, torch.tensor([[2, 10, 40, 11, 41, 12]]), lprobs, torch.tensor([0]))   # N−1 = 2 separators
+    proc(4, torch.tensor([[2, 10, 40, 11, 41, 12]]), lprobs, torch.tensor([0]), far)   # N−1 = 2 separators
     assert torch.isfinite(lprobs[0, 3]) and not torch.isfinite(lprobs[0, [40, 41, 42]]).any()
+
+
+def test_sentence_count_forces_the_next_separator_when_the_budget_runs_short():
+    """SPEC §6.3: a separator is forced when the steps left equal the marks missing (the
+    separators still to come and the end token, which the length limit forces)."""
+    proc = SentenceCount(torch.tensor([3, 3]), [40, 41, 42], torch.tensor([40, 41, 42]), end=3)
+    tokens = torch.tensor([[2, 10, 40, 11], [2, 10, 40, 11]])                  # one separator: 2 missing
+    lprobs = torch.randn(2, 50)
+    ref = lprobs.clone()
+    proc(4, tokens, lprobs, torch.tensor([0, 1]), torch.tensor([5, 6]))          # steps 4..5 | 4..6 left
+    assert (lprobs[0] == float("-inf")).sum() == 49 and lprobs[0, 41] == ref[0, 41]   # forced, its log-prob kept
+    assert torch.isfinite(lprobs[1, 12]) and torch.isfinite(lprobs[1, 41])       # one step to spare: free
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")

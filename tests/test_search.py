@@ -78,16 +78,33 @@ def test_prefix_is_forced_and_processors_apply(trained):
     out = beam_search(tr.model, src, SearchConfig(beam=3, max_len_b=6), 2, 3, banned=[0, 2], prefix=prefix)
     banned_word = 7
 
-    def no_seven(step, tokens, lprobs, rows):
+    def no_seven(step, tokens, lprobs, rows, limit):
         lprobs[:, banned_word] = float("-inf")
-    seen = []
-    out2 = beam_search(tr.model, src, SearchConfig(beam=3, max_len_b=6), 2, 3, banned=[0, 2],
-                       processors=[no_seven, lambda s, t, lp, r: seen.append(t.size(1))])
+    seen, limits = [], []
+    out2 = beam_search(tr.model, src, SearchConfig(beam=3, max_len_a=0, max_len_b=6), 2, 3, banned=[0, 2],
+                       processors=[no_seven, lambda s, t, lp, r, lim: (seen.append(t.size(1)), limits.append(lim))])
     assert all(banned_word not in h[0].tokens for h in out2)
     assert seen[:3] == [1, 2, 3]
+    assert limits[0].tolist() == [6] * 9          # each row's last step, beams included
     # forced tokens are not part of the returned hypothesis but condition it
     free = beam_search(tr.model, src, SearchConfig(beam=3, max_len_b=6), 2, 3, banned=[0, 2])
     assert out[1][0].tokens == free[1][0].tokens
+
+
+def test_sentence_count_fits_every_separator_into_a_tight_length_limit(trained):
+    """SPEC §6.3's generator forces the missing separators when the length limit comes near, so
+    each hypothesis holds exactly N−1 separators, in order, even when the model never picks them
+    (two word ids stand in for <sep1>, <sep2> here)."""
+    from docnmt.sliding import SentenceCount
+    tr, _ = trained
+    src, _ = sources(tr, 4)
+    seps = [50, 51]
+    count = SentenceCount(torch.tensor([3, 3, 2, 1]), seps, torch.tensor(seps), end=3)
+    out = beam_search(tr.model, src, SearchConfig(beam=3, max_len_a=0, max_len_b=5), 2, 3, banned=[0, 2],
+                      processors=[count])
+    for n, hyps in zip([3, 3, 2, 1], out):
+        assert [t for t in hyps[0].tokens if t in seps] == seps[: n - 1]
+        assert len(hyps[0].tokens) <= 5          # steps 0..5, the last one the end token
 
 
 @pytest.mark.parametrize("mode", ["doc2sent", "doc2doc"])
