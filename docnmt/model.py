@@ -422,11 +422,11 @@ def _group_spans(tags: Tensor, n_groups: int) -> tuple[Tensor, Tensor]:
 GROUP_BUCKETS = 4   # size buckets of sentence blocks in attention_grouped
 
 
-def _block_plan(spec: AttnSpec, nq: int, nk: int, b_idx: Tensor, q_start: Tensor, q_size: Tensor,
-                k_start: Tensor, k_size: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _block_plan(spec: AttnSpec, key_ok: Tensor | None, nq: int, nk: int, b_idx: Tensor, q_start: Tensor,
+                q_size: Tensor, k_start: Tensor, k_size: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """One bucket of (row, group) blocks, padded to its longest sentence: the token indices of
     its queries (G, lq) and keys (G, lk) in the token-major (B·n) layout, which query slots are
-    real (G, lq), and the allowed-mask (G, 1, lq, lk)."""
+    real (G, lq), and the allowed-mask (G, 1, lq, lk). ``key_ok`` (B·nk,): keys the mask allows."""
     dev = q_start.device
     lq, lk = int(q_size.max()), max(int(k_size.max()), 1)
     q_pos = q_start[:, None] + torch.arange(lq, device=dev)
@@ -435,8 +435,8 @@ def _block_plan(spec: AttnSpec, nq: int, nk: int, b_idx: Tensor, q_start: Tensor
     q_flat = b_idx[:, None] * nq + q_pos.clamp(max=nq - 1)
     k_flat = b_idx[:, None] * nk + k_pos.clamp(max=nk - 1)
     allowed = torch.arange(lk, device=dev) < k_size[:, None]
-    if spec.mask is not None:
-        allowed = allowed & ~spec.mask.expand(-1, 1, 1, nk).reshape(-1)[k_flat]
+    if key_ok is not None:
+        allowed = allowed & key_ok[k_flat]
     allowed = allowed[:, None, None, :].expand(-1, 1, lq, lk)
     if spec.is_causal:      # within a block, key j is visible to query i iff its position is not later
         allowed = allowed & (k_pos[:, None, None, :] <= q_pos[:, None, :, None] + (nk - nq))
@@ -460,7 +460,7 @@ def attention_grouped(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: 
     n_groups = int(max(q_tags.max(), k_tags.max()))
     qf = q.transpose(1, 2).reshape(B * nq, h, d)                   # token-major (B·nq, h, d)
     if spec.scale is not None:
-        qf = qf * spec.scale.to(q.dtype).expand(B, -1, nq, 1).transpose(1, 2).reshape(B * nq, -1, 1)
+        qf = (qf * spec.scale.expand(B, -1, nq, 1).transpose(1, 2).reshape(B * nq, -1, 1)).to(q.dtype)
     rows, outs = [], []                                             # query tokens and their outputs
     q_start, q_size = _group_spans(q_tags, n_groups)
     b_idx, g_idx = (q_size > 0).nonzero(as_tuple=True)                        # the blocks
@@ -469,7 +469,8 @@ def attention_grouped(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: 
         blocks = (b_idx, q_start[b_idx, g_idx], q_size[b_idx, g_idx], k_start[b_idx, g_idx], k_size[b_idx, g_idx])
         # blocks of similar size together: each bucket is padded only to its own longest sentence
         order = torch.maximum(blocks[2], blocks[4]).argsort()
-        plans = [_block_plan(spec, nq, nk, *(x[part] for x in blocks))
+        key_ok = None if spec.mask is None else ~spec.mask.expand(B, 1, 1, nk).reshape(B * nk)
+        plans = [_block_plan(spec, key_ok, nq, nk, *(x[part] for x in blocks))
                  for part in order.tensor_split(min(GROUP_BUCKETS, len(order)))]
         qi = torch.cat([p[0].reshape(-1) for p in plans])
         ki = torch.cat([p[1].reshape(-1) for p in plans])

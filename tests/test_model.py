@@ -138,6 +138,11 @@ def test_grouped_attention_equals_dense_masked_attention(kind):
     for fast, ref in zip(*results):
         torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-5)
     assert attention_sdpa(q, k, v, spec).shape == results[0][0].shape      # sdpa dispatches to it
+    if spec.mask is not None:       # a key mask broadcast over the batch
+        one = AttnSpec(mask=spec.mask[:1], groups=spec.groups, scale=spec.scale)
+        with torch.no_grad():
+            torch.testing.assert_close(attention_grouped(q, k, v, one), attention_reference(q, k, v, one),
+                                       rtol=1e-5, atol=1e-5)
     # the CUDA path (FlexAttention with a block mask) has the same forward; on CPU it runs eagerly
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
