@@ -236,6 +236,11 @@ class ModeConfig:
             raise ConfigError(f"unknown batch_order {self.batch_order!r}; choose sorted, ordered or strict")
 
     @property
+    def dls_marks(self) -> int:
+        """Tokens the format adds to each sentence, which dynamic length sampling counts."""
+        return int(joiner_class(self.separator).overhead(1, "src"))
+
+    @property
     def is_document_level(self) -> bool:
         return self.mode in ("doc2doc", "mr")
 
@@ -297,8 +302,11 @@ def build_instances(corpus: Corpus, mode: ModeConfig, training: bool = True, epo
     """All instances of ``corpus`` in ``mode`` (training mixtures only when ``training``);
     with dynamic length sampling the training instances depend on (seed, epoch)."""
     if training and mode.dls and mode.mode == "doc2doc":
+        if mode.max_instance_tokens <= 0:
+            raise ConfigError("data.dls samples segment lengths below data.max_instance_tokens: set it "
+                              f"above 0 for training (it is {mode.max_instance_tokens}, whole documents)")
         rows = dls_instances(corpus, epoch, seed, mode.dls_start_epoch, mode.max_instance_tokens,
-                             mode.max_instance_sents, marks=int(joiner_class(mode.separator).overhead(1, "src")))
+                             mode.max_instance_sents, marks=mode.dls_marks)
         if mode.mix_sentences:
             rows = np.concatenate([rows, sent_instances(corpus)])
         return rows

@@ -16,7 +16,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -72,14 +72,13 @@ def plot_dls_lengths(corpus: Corpus, mode, seed: int, last_epoch: int, path: Pat
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from .data import dls_instances, dls_temperature
-    csum = np.concatenate([[0], np.cumsum(corpus.src.lengths + 1)])
+    from .data import dls_temperature
+    csum = np.concatenate([[0], np.cumsum(corpus.src.lengths + mode.dls_marks)])
     epochs = sorted(set(np.linspace(1, max(1, last_epoch), min(curves, max(1, last_epoch))).round().astype(int)))
     fig, ax = plt.subplots(figsize=(6, 4))
     bins = np.linspace(0, mode.max_instance_tokens, 33)
     for e in epochs:
-        rows = dls_instances(corpus, int(e), seed, mode.dls_start_epoch, mode.max_instance_tokens,
-                             mode.max_instance_sents)
+        rows = build_instances(corpus, replace(mode, mix_sentences=False), epoch=int(e), seed=seed)
         lengths = csum[rows[:, 1]] - csum[rows[:, 0]]
         ax.hist(lengths, bins=bins, histtype="step", density=True,
                 label=f"epoch {e} (T={dls_temperature(int(e), mode.dls_start_epoch):.3g}, mean {lengths.mean():.0f})")

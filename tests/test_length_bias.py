@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from _tiny import SHARED, assert_incremental_equals_full, random_pair, tiny_config, tiny_data, translate_checked
-from docnmt.data import (ModeConfig, build_instances, dls_instances, dls_probabilities, dls_segments,
+from docnmt.data import (Corpus, ModeConfig, Side, build_instances, dls_instances, dls_probabilities, dls_segments,
                          dls_temperature)
 from docnmt.errors import ConfigError
+from docnmt.readers import read_documents
 from docnmt.train import Trainer
 from docnmt.translate import Translator
 
@@ -67,6 +68,16 @@ def test_dls_segments_of_the_group_format_stay_under_the_budget(tiny_vocab):
                 multi += 1
                 assert src[a:b].sum() + 2 * (b - a) < 64 and tgt[a:b].sum() + 2 * (b - a) < 64
     assert multi > 10
+
+
+def test_dls_counts_the_format_marks_and_needs_a_budget(tmp_path):
+    assert ModeConfig(mode="doc2doc", separator="index").dls_marks == 1      # <sepI> or </s>
+    assert ModeConfig(mode="doc2doc", separator="group").dls_marks == 2      # <s> … </s>
+    side = Side.from_lists([[5] * 7, [6] * 4, [7] * 3])
+    corpus = Corpus(side, side, np.array([0, 3]), ["d"])
+    with pytest.raises(ConfigError, match="max_instance_tokens"):    # not numpy's zero-size error
+        build_instances(corpus, ModeConfig(mode="doc2doc", dls=True, max_instance_tokens=0))
+    assert len(build_instances(corpus, ModeConfig(mode="doc2doc", max_instance_tokens=0))) == 1
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
@@ -191,17 +202,48 @@ def test_sentence_count_forces_the_next_separator_when_the_budget_runs_short():
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
-@pytest.mark.parametrize("method", ["transformer", "gtransformer"])
-def test_sliding_decoding_translates_every_sentence_once(tmp_path, method):
+@pytest.mark.parametrize("method", ["transformer", "gtransformer", "ptransformer"])
+def test_sliding_decoding_translates_every_sentence_once(tmp_path, monkeypatch, method):
     data = tiny_data(tmp_path)
     over = {"data.max_instance_tokens": 120}
     if method == "gtransformer":
         over.update({"model.method": "gtransformer", "data.separator": "group", "model.combined_enc_self": 1,
                      "model.combined_dec_self": 1, "model.combined_cross": 1})
+    if method == "ptransformer":
+        over.update({"model.method": "ptransformer"})
     Trainer(tiny_config("doc2doc", max_update=6).override(over), data, tmp_path / "m", progress_bar=False).train()
-    _, _, _, report = translate_checked(tmp_path / "m", tmp_path / "raw/ted.en", 14, sliding=True)
-    assert report.instances > 2 * 2                                  # several windows per document
+    # spies: what each round adds to the outputs, and every forced prefix's sentences
+    decode, prefix, seen = Translator._decode, None, {"forced": [], "outputs": None}
+
+    def spy_decode(self, corpus, rows, new_from, outputs, *args, **kw):
+        nonlocal prefix
+        if prefix is None:
+            prefix = self.joiner.prefix
+            self.joiner.prefix = lambda sents, first: seen["forced"].append([list(s) for s in sents]) or prefix(sents, first)
+        before = [len(o) for o in outputs]
+        decode(self, corpus, rows, new_from, outputs, *args, **kw)
+        added = np.array([len(o) for o in outputs]) - before
+        new = np.zeros(len(outputs), dtype=int)
+        for (_, end, _), nf in zip(rows, new_from):
+            new[nf:end] += 1
+        np.testing.assert_array_equal(added, new)         # only the new sentences are generated
+        seen["outputs"] = outputs
+
+    monkeypatch.setattr(Translator, "_decode", spy_decode)
     tr = Translator.load(tmp_path / "m", device="cpu")
+    docs = [d.src[:14] for d in read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[:2]]
+    out, report = tr.translate(docs, replace(tr.cfg.decode, beam=2, sliding=True))
+    assert report.instances > 2 * 2                                  # several windows per document
+    outputs = seen["outputs"]
+    assert all(len(o) == 1 for o in outputs)                         # each sentence translated exactly once
+    assert [len(d.tgt) for d in out] == [len(d) for d in docs]
+    forced = [f for f in seen["forced"] if f]
+    assert forced                                                    # later windows force their overlap ...
+    flat = [list(o[0]) for o in outputs]
+    for sents in forced:                                             # ... as the earlier output of those sentences
+        assert any(flat[i:i + len(sents)] == sents for i in range(len(flat)))
+    monkeypatch.undo()
+    translate_checked(tmp_path / "m", tmp_path / "raw/ted.en", 14, sliding=True)   # batched = unbatched
     tr.cfg.data.max_instance_tokens = 0                              # --max-instance-tokens 0: no window
     with pytest.raises(ConfigError, match="sliding decoding needs a window"):
         tr.translate([["One.", "Two."]], replace(tr.cfg.decode, sliding=True))
