@@ -296,6 +296,8 @@ def sentence_attention_map(translator, doc, start: int = 0, batch: int = 16) -> 
         for j in reversed(range(len(sents))):
             sent_of[k, : ends[j]] = a + j
     x = model.encoder.embed(src, dropout=False)
+    if sub.pre_norm:                                               # a pre-LN sublayer attends over LN(x)
+        x = sub.norm(x)
     pad = src.eq(model.cfg.pad_id)
     flat, idx = flatten_batch(x, pad)
     q, k, _ = sub.attn._split(sub.attn.project(flat, slice(0, 3))).chunk(3, dim=1)

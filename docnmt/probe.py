@@ -117,8 +117,8 @@ def task_data(states: States, task: str, layer: int, rng: np.random.Generator,
         keep = (states.position < ABS_CLASSES).nonzero().squeeze(1)
         x, y, dist = h[keep], states.position[keep], states.position[keep]
     else:
-        if states.pairs is None:       # the same pairs for every layer
-            states.pairs = sample_pairs(states, rng)
+        if states.pairs is None:       # the same pairs for every layer, from a child stream so
+            states.pairs = sample_pairs(states, rng.spawn(1)[0])   # the subsample below is too
         i, j = states.pairs
         d = states.position[i] - states.position[j]
         x = h[i] - h[j]

@@ -138,6 +138,12 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
         done |= ~torch.isfinite(cont_scores).any(1)
         src_rows = (torch.arange(n, device=device)[:, None] * K + top_beam.gather(1, pick))
         new_tok = top_tok.gather(1, pick)
+        # ranks left without a finite candidate (while a prefix is forced, all but rank 0) repeat
+        # rank 0 rather than carry arbitrary tokens: they can never win, but models whose rows
+        # see each other (DocFlat's decoder FBA, rank r of every input, C16) attend to them
+        dead = ~torch.isfinite(cont_scores)
+        src_rows = torch.where(dead, src_rows[:, :1], src_rows)
+        new_tok = torch.where(dead, new_tok[:, :1], new_tok)
         keep = (~done).nonzero().squeeze(1)
         if keep.numel() == 0:
             break

@@ -129,6 +129,37 @@ def test_closed_gate_makes_instances_independent():
                                                                    for i in range(3)]))
 
 
+def test_closed_gate_decodes_each_instance_like_a_doc2doc_model_alone():
+    """With the gate closed, beam search over a batch (ragged prefixes forced, as in two-pass
+    decoding) gives every instance what a Doc2Doc Transformer with the same weights -- behind the
+    gate's LayerNorm of its embeddings -- gives it decoded alone, hypotheses and scores."""
+    from docnmt.model import AttentionPolicy, Transformer
+    from docnmt.search import SearchConfig
+    torch.manual_seed(0)
+    model = docflat.build(cfg_with(flat_gate="discrete", flat_gamma=2.0)).eval()
+    plain = cfg_with(method="transformer")
+    doc2doc = Transformer(plain, AttentionPolicy(plain)).eval()
+    missing, unexpected = doc2doc.load_state_dict(model.state_dict(), strict=False)
+    assert not missing and unexpected and all(".inserted." in k for k in unexpected)
+    for side in ("encoder", "decoder"):
+        norm = getattr(model, side).layers[0].inserted["0"].norm
+        getattr(doc2doc, side).embed.register_forward_hook(lambda m, a, out, norm=norm: norm(out))
+    src = torch.randint(4, 60, (3, 8), generator=torch.Generator().manual_seed(3))
+    src[2, 6:] = 0
+    prefix = [[], [7, 8, 9, 10], [11, 12]]
+    cfg = SearchConfig(beam=3, max_len_b=6, nbest=3)
+    together = beam_search(model, src, cfg, 2, 3, banned=[0], prefix=prefix)
+    for i in range(3):
+        n = int(src[i].ne(0).sum())
+        alone = beam_search(doc2doc, src[i: i + 1, :n], cfg, 2, 3, banned=[0], prefix=[prefix[i]])[0]
+        assert [h.tokens for h in together[i]] == [h.tokens for h in alone]
+        assert [h.score for h in together[i]] == pytest.approx([h.score for h in alone], abs=1e-5)
+    opened = docflat.build(cfg_with(flat_gate="discrete", flat_gamma=0.0)).eval()
+    opened.load_state_dict(model.state_dict())
+    assert [[h.score for h in n] for n in beam_search(opened, src, cfg, 2, 3, banned=[0], prefix=prefix)] != \
+        [[h.score for h in n] for n in together]                     # an open gate: the batch matters
+
+
 @pytest.mark.parametrize("beams,scope", [(1, "all"), (2, "all"), (2, "current")])
 def test_incremental_time_aligned_decoding_equals_full_forward_per_rank(beams, scope):
     """Time-aligned decoder FBA decodes incrementally exactly as the full forward of each beam

@@ -44,6 +44,14 @@ def test_labels_of_the_three_tasks():
     assert torch.equal(y, (d < 0).long())                              # i before j
 
 
+def test_every_layer_is_probed_on_the_same_subsample():
+    st = toy_states()
+    first = task_data(st, "relative", 0, np.random.default_rng([1, 0]), 20)     # draws the pairs
+    second = task_data(st, "relative", 1, np.random.default_rng([1, 0]), 20)
+    torch.testing.assert_close(second[0], 2 * first[0])                 # layer 1 is layer 0 × 2
+    assert torch.equal(first[1], second[1]) and torch.equal(first[2], second[2])
+
+
 def test_probe_cli_on_real_documents(tmp_path, run_cli):
     data = tiny_data(tmp_path)
     Trainer(tiny_config("doc2doc", max_update=4), data, tmp_path / "m", progress_bar=False).train()

@@ -99,6 +99,24 @@ def test_ablation_switches():
     assert full["cross"].bias is None                     # the relative term is for self-attention only
 
 
+def test_decoder_self_attention_switch_and_cross_attention_positions():
+    """-dec-self removes P from decoder self-attention only; cross-attention adds the target
+    positions to its queries and the source positions to its keys (SPEC §4.1, Eq. 7)."""
+    from docnmt.model import sinusoidal_table
+    src, pad = torch.ones(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.bool)
+    tgt = torch.ones(1, 3, dtype=torch.long)
+    pol = PositionAwarePolicy(cfg_with(pos_attn_dec_self=False))
+    dec = pol.decoder_specs(tgt, src, pad, 0, False)
+    assert dec["dec_self"].q_add is None and dec["dec_self"].k_add is None and callable(dec["dec_self"].bias)
+    assert pol.encoder_specs(src, pad)["enc_self"].q_add is not None
+    table = sinusoidal_table(16, CFG.d_model)
+    torch.testing.assert_close(dec["cross"].q_add, table[:3])
+    torch.testing.assert_close(dec["cross"].k_add, table[:4])
+    step = pol.decoder_specs(torch.ones(1, 3, dtype=torch.long), src, pad, 2, True)     # 3rd target token
+    torch.testing.assert_close(step["cross"].q_add, table[2:3])
+    assert (float(table[1, 0]), float(table[1, 1])) == pytest.approx((math.sin(1.0), math.cos(1.0)))  # unscaled
+
+
 @pytest.mark.parametrize("sharing,tables", [("all", 1), ("side", 2), ("layer", 4)])
 def test_relative_table_sharing(sharing, tables):
     pol = PositionAwarePolicy(cfg_with(rel_sharing=sharing))

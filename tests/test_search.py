@@ -223,3 +223,28 @@ def test_a_shared_prefix_runs_once_per_input_with_the_same_result(method, monkey
     for a, b in zip(*runs):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], rel=1e-5)
+
+
+@pytest.mark.parametrize("method", ["transformer", "docflat"])
+def test_ranks_without_a_candidate_repeat_rank_zero_while_a_prefix_is_forced(method, monkeypatch):
+    """While an input's prefix is forced only rank 0 has a finite score; the other ranks must
+    hold the same forced prefix, not arbitrary tokens, because DocFlat's decoder FBA lets rank r
+    of every other input attend to them (C16)."""
+    torch.manual_seed(0)
+    model = _method_models()[method].eval()
+    src = torch.randint(5, 50, (3, 8), generator=torch.Generator().manual_seed(1))
+    prefix = [[], [7, 8, 9, 10, 11, 12, 13], [14, 15, 16]]
+    seen, decode = [], model.decode
+    monkeypatch.setattr(model, "decode", lambda tokens, *a, **kw: seen.append(tokens.clone()) or decode(tokens, *a, **kw))
+    K = 3
+    beam_search(model, src, SearchConfig(beam=K, max_len_b=12, min_len=5), 2, 3, banned=[0], prefix=prefix)
+    checked = 0
+    for tokens in seen:
+        if tokens.size(0) != 3 * K:            # an input has finished
+            break
+        for i, p in enumerate(prefix):
+            if tokens.size(1) - 1 <= len(p):    # every token after <s> forced so far
+                rows = tokens[i * K:(i + 1) * K]
+                assert (rows == rows[:1]).all(), (i, rows)
+                checked += 1
+    assert checked > 6
