@@ -520,8 +520,14 @@ def attention_flex(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tensor:
     if _FLEX is None:
         _FLEX = torch.compile(flex_attention) if q.is_cuda else flex_attention
     B, nq, nk = q.size(0), q.size(2), k.size(2)
-    visible = spec.visible or _group_visible(spec, B, nq, nk)
-    block_mask = create_block_mask(visible, B, None, nq, nk, device=q.device)
+    # one block mask per spec and shape, i.e. per attention kind and forward pass (every layer
+    # shares the spec); compiled on CUDA, so it is built tile by tile, never as a dense B×nq×nk mask
+    masks = spec.__dict__.setdefault("_block_masks", {})
+    block_mask = masks.get((B, nq, nk))
+    if block_mask is None:
+        visible = spec.visible or _group_visible(spec, B, nq, nk)
+        block_mask = masks[B, nq, nk] = create_block_mask(visible, B, None, nq, nk, device=q.device,
+                                                          _compile=q.is_cuda)
     if spec.scale is not None:
         q = q * spec.scale.to(q.dtype)
     return _FLEX(q, k, v, block_mask=block_mask)

@@ -70,11 +70,11 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     enc = model.encode(src, **(inputs or {}))
     src_len = (~enc.pad).sum(1)
     pre_len = torch.tensor([len(p) for p in prefix] if prefix else [0] * B, device=device)
-    max_pos = model.cfg.max_positions - 1
     if max_len is None:
         max_len = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long()
-    max_len = max_len.to(device) + pre_len
-    max_len = torch.maximum(max_len.clamp(max=max_pos), pre_len + 1)   # room for a forced prefix
+    # not capped at the training positions: the sinusoidal table grows, and a whole document
+    # (G-Transformer's frame, --max-instance-tokens 0) may need more target positions than that
+    max_len = torch.maximum(max_len.to(device) + pre_len, pre_len + 1)   # room for a forced prefix
     forced = _prefix_tensor(prefix, B, device)
 
     tokens = torch.as_tensor(bos, dtype=torch.long, device=device).expand(B).repeat_interleave(K)[:, None]

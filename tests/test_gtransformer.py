@@ -85,6 +85,7 @@ def test_every_query_row_sees_a_key_and_cross_stays_in_its_sentence():
     # global attention: padding and causality only
     assert torch.equal(specs["cross_global"].mask[:, 0, 0], src.eq(PAD))
     assert specs["dec_self_global"].mask is None and specs["dec_self_global"].is_causal
+    assert all(specs[k].groups is None for k in ("enc_self_global", "dec_self_global", "cross_global"))
 
 
 def test_incremental_masks_are_rows_of_the_full_masks():
@@ -213,6 +214,40 @@ def test_frame_decoding_keeps_the_source_sentence_structure():
             assert cur is None and len(sents) == len(words)
             for s, n in zip(sents, words):
                 assert 1 <= len(s) <= int(1.2 * n + 10)
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+def test_word_dropout_only_in_its_first_epochs(tmp_path):
+    cfg = tiny_config("doc2doc", max_update=1).override({"train.word_dropout": 0.5, "train.word_dropout_epochs": 2})
+    tr = Trainer(cfg, tiny_data(tmp_path), tmp_path / "m", progress_bar=False)
+    batch = tr.epoch_batches(1)[0]
+    clean = tr.train_set.collate(batch)
+    for epoch, dropped in ((1, True), (2, True), (3, False)):
+        out = tr.collate(batch, epoch, 0)
+        assert (not torch.equal(out["src"], clean["src"])) == dropped, epoch
+        assert torch.equal(out["labels"], clean["labels"])            # labels never
+
+
+def test_frame_keeps_every_sentence_past_the_training_positions():
+    """A whole document may need more target positions than the model was trained with: the
+    search is not cut at max_positions, so no sentence comes back empty."""
+    cfg = ModelConfig(**{**vars(CFG), "max_positions": 32})
+    torch.manual_seed(0)
+    model = build(cfg, BOS, EOD).eval()
+    with torch.no_grad():                              # words likely, </s> unlikely: long sentences
+        model.decoder.embed.table.weight[EOS] -= 5
+    src = torch.tensor([doc(*[4] * 8)])                 # 48 source tokens, frame limit 8 × 14 words
+    frame = FrameConstraint(src, BOS, EOS, PAD, EOD)
+    hyp = beam_search(model, src, SearchConfig(beam=2), EOD, EOD, banned=[PAD],
+                      processors=[frame], max_len=frame.max_len())[0][0]
+    assert len(hyp.tokens) > 32 and hyp.tokens.count(EOS) == 8 and hyp.tokens.count(BOS) == 8
+
+
+def test_frame_needs_a_word_in_every_sentence():
+    frame = FrameConstraint(torch.tensor([doc(2, 2)]), BOS, EOS, PAD, EOD)
+    lprobs = torch.zeros(1, 50)
+    frame(2, torch.tensor([[EOD, BOS]]), lprobs, torch.tensor([0]), torch.tensor([99]))
+    assert not torch.isfinite(lprobs[0, [EOS, BOS, EOD]]).any() and torch.isfinite(lprobs[0, 20])
 
 
 def test_frame_forces_sentence_end_at_the_maximum():
