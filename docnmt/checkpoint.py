@@ -68,7 +68,10 @@ def load_weights(model: torch.nn.Module, path: Path, strict: bool = True) -> lis
     model from a smaller one); tensors the model does not have are an error either way."""
     if not Path(path).exists():
         raise DocnmtError(f"{path}: no such weights file")
-    tensors = load_file(str(path))
+    try:
+        tensors = load_file(str(path))
+    except Exception as e:         # safetensors' own error types (SafetensorError, OSError)
+        raise DocnmtError(f"{path}: not a readable safetensors weights file ({e})") from None
     own = model.state_dict()
     wrong = [k for k, t in tensors.items() if k in own and own[k].shape != t.shape]
     if wrong:

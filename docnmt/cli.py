@@ -85,6 +85,13 @@ DECODE_FLAGS = {
 }
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def add_flags(p: argparse.ArgumentParser, flags: dict) -> None:
     for flag, (_, typ, help_) in flags.items():
         p.add_argument(flag, type=typ, help=help_)
@@ -119,8 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subword", default="spm", choices=["spm", "moses-bpe"],
                    help="spm: joint SentencePiece model (--vocab-size); moses-bpe: the classic pipeline, Moses "
                         "tokenisation + joint subword-nmt BPE (--bpe-merges; needs pip install docnmt[moses])")
-    p.add_argument("--vocab-size", type=int, default=8000, help="spm: joint SentencePiece pieces")
-    p.add_argument("--bpe-merges", type=int, default=30000, help="moses-bpe: joint BPE merge operations")
+    p.add_argument("--vocab-size", type=positive_int, default=8000, help="spm: joint SentencePiece pieces")
+    p.add_argument("--bpe-merges", type=positive_int, default=30000, help="moses-bpe: joint BPE merge operations")
     p.add_argument("--spm-model", help="reuse this SentencePiece model file, or the subword model (either kind) "
                                        "of a data/model directory")
     p.add_argument("--format", default="auto", help=FORMAT_HELP)
@@ -156,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hyp", required=True, help="translation (marker format with <d> lines, or JSONL)")
     p.add_argument("--ref", required=True, help="references in the same document structure")
     p.add_argument("--compare", help="a second system's translation: paired bootstrap against --hyp")
-    p.add_argument("--bootstrap-samples", type=int, default=1000)
+    p.add_argument("--bootstrap-samples", type=positive_int, default=1000)
     p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument("--by-length", action="store_true",
                    help="also d-BLEU per document-length bucket (source words with --src, else reference words)")
@@ -223,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-detokenize", action="store_true", help="Voita et al.: keep the suite's Moses tokenisation")
     p.add_argument("--tcp", metavar="PDC_DIR", help="also TCP against this PDC test directory")
     p.add_argument("--comet-model", help="also COMET with this local checkpoint")
-    p.add_argument("--bootstrap-samples", type=int, default=1000)
+    p.add_argument("--bootstrap-samples", type=positive_int, default=1000)
     p.add_argument("--force", action="store_true", help="re-translate, and write into a non-compare --out")
     p.add_argument("--quiet", "-q", action="store_true")
 
@@ -242,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("average", help="average the last N checkpoints of a model directory")
     p.add_argument("model", help="model directory")
-    p.add_argument("--last", type=int, default=5)
+    p.add_argument("--last", type=positive_int, default=5)
     p.add_argument("--output", "-o", help="default MODEL/averaged.safetensors")
     p.add_argument("--force", action="store_true")
 
@@ -266,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         return VERBS[args.verb](args) or 0
     except DocnmtError as e:
         print(f"docnmt: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:             # output piped into head & co.: stop quietly
+        sys.stderr.close()
+        return 0
+    except OSError as e:                # a path that cannot be read or written
+        print(f"docnmt: error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("docnmt: interrupted", file=sys.stderr)

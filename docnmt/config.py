@@ -104,6 +104,7 @@ class Config:
                 sections[name] = klass(**{k: _coerce(klass, k, v) for k, v in values.items()})
             except (TypeError, ValueError, ConfigError) as e:
                 raise ConfigError(f"{origin}: {name}: {e}") from None
+        _check_limits(sections, origin)
         return cls(**sections)
 
     @classmethod
@@ -128,6 +129,35 @@ class Config:
             section, _, name = key.partition(".")
             d.setdefault(section, {})[name] = value
         return Config.from_dict(d, "command line")
+
+
+_AT_LEAST_1 = (lambda v: v >= 1, "at least 1")
+_PROBABILITY = (lambda v: 0 <= v < 1, "in [0, 1)")
+# values outside these ranges are ConfigErrors (instead of a crash or a silently empty result)
+LIMITS = {
+    "model": {"dropout": _PROBABILITY, "attention_dropout": _PROBABILITY, "activation_dropout": _PROBABILITY},
+    "data": {"context": (lambda v: v >= 0, "at least 0")},
+    "train": {"max_tokens": _AT_LEAST_1, "update_freq": _AT_LEAST_1, "lr": (lambda v: v > 0, "above 0"),
+              "label_smoothing": _PROBABILITY, "word_dropout": _PROBABILITY, "keep_last": _AT_LEAST_1,
+              "log_interval": _AT_LEAST_1, "pretrained_lr_scale": (lambda v: v >= 0, "at least 0"),
+              "precision": (lambda v: v in ("auto", "fp32", "bf16", "fp16"), "auto, fp32, bf16 or fp16")},
+    "decode": {"beam": _AT_LEAST_1, "nbest": _AT_LEAST_1, "max_tokens": _AT_LEAST_1, "max_sentences": _AT_LEAST_1,
+               "max_len_a": (lambda v: v >= 0, "at least 0"), "min_len": (lambda v: v >= 0, "at least 0"),
+               "lenpen_style": (lambda v: v in ("fairseq", "gnmt"), "fairseq or gnmt"),
+               "sliding_window": (lambda v: v > 0, "above 0"),
+               "precision": (lambda v: v in ("auto", "fp32", "bf16"), "auto, fp32 or bf16")},
+}
+
+
+def _check_limits(sections: dict, origin: str) -> None:
+    for name, limits in LIMITS.items():
+        for key, (ok, allowed) in limits.items():
+            value = getattr(sections[name], key)
+            if not ok(value):
+                raise ConfigError(f"{origin}: {name}.{key} must be {allowed}, not {value!r}")
+    decode = sections["decode"]
+    if decode.nbest > decode.beam:
+        raise ConfigError(f"{origin}: decode.nbest ({decode.nbest}) cannot exceed decode.beam ({decode.beam})")
 
 
 def preset_names() -> list[str]:

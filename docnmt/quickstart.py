@@ -24,6 +24,9 @@ def unpack(dest: Path) -> None:
             shutil.copyfileobj(f, out)
 
 
+QUICKSTART_PARTS = ("raw", "data-bin", "model")   # what a quick-start directory holds
+
+
 def run(workdir: Path, minutes: float = 6.0, force: bool = False) -> int:
     from .config import Config
     from .metrics import evaluate_documents, format_table
@@ -35,10 +38,14 @@ def run(workdir: Path, minutes: float = 6.0, force: bool = False) -> int:
     if workdir.exists() and any(workdir.iterdir()) and not force:
         raise DocnmtError(f"{workdir} exists and is not empty; pass --force or choose another --workdir")
     if force and workdir.exists():
+        foreign = sorted(p.name for p in workdir.iterdir() if p.name not in QUICKSTART_PARTS)
+        if foreign:
+            raise DocnmtError(f"{workdir} holds files the quick start did not make ({', '.join(foreign[:3])}), "
+                              "and --force only starts a quick-start directory over: choose another --workdir")
         shutil.rmtree(workdir)
     t0 = time.time()
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    raw, data, model_dir = workdir / "raw", workdir / "data-bin", workdir / "model"
+    raw, data, model_dir = (workdir / part for part in QUICKSTART_PARTS)
     unpack(raw)
     say(f"[1/3] preparing the bundled BConTrasT chats (CC BY-SA 4.0) in {workdir}")
     prepare(data, "en", "de", [str(raw / "train")], [str(raw / "valid")], [str(raw / "test")],

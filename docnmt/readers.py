@@ -434,6 +434,11 @@ def _sniff(f: Text) -> str:
     if fmt := _BY_EXT.get(os.path.splitext(f.name)[1].lower()):
         return fmt
     stripped = [line.strip() for line in f.lines]
+    first = next((line for line in stripped if line), "")
+    if first.startswith("{"):                            # content, for stdin and unusual names
+        return "jsonl"
+    if re.match(r"<(\?xml|doc\b|refset|srcset|tstset|mteval)", first, re.I):
+        return "xml"
     if DOC_MARK in stripped:
         return "marker"
     full = [k for k, s in enumerate(stripped) if s]
@@ -445,7 +450,9 @@ def read_documents(src, tgt=None, fmt: str = "auto", docids=None, allow_empty: b
     """Read ``src`` (``"-"``: standard input) and optionally ``tgt`` in format ``fmt``.
 
     ``auto`` picks by extension (``.jsonl``, ``.xml``/``.sgm``, ``.json`` for BConTrasT), then
-    by content: a ``<d>`` line means marker, blank lines between sentences blankline, else plain.
+    by content: a first line starting with ``{`` means JSONL, one starting with ``<?xml``,
+    ``<doc``, ``<refset`` etc. XML/SGML, a ``<d>`` line marker, blank lines between sentences
+    blankline, else plain.
     ``kw`` are the key names of :func:`read_jsonl`. ``allow_empty`` accepts empty sentences
     (marker lines, JSONL targets), as system outputs may contain them.
     """
@@ -532,8 +539,12 @@ def write_jsonl(docs: Iterable[Document], path_or_file) -> None:
 
 
 def read_sentences(path: str, hypothesis: bool = False) -> list[list[str]]:
-    """Documents as sentence lists: marker files, or JSONL written by `docnmt translate`."""
-    if path.endswith(".jsonl"):
-        docs = read_documents(path, fmt="jsonl", allow_empty=hypothesis)
+    """Documents as sentence lists: marker files, JSONL written by `docnmt translate` (its target
+    side when it has one), or XML/SGML references. Files of other formats are read as marker
+    files, where a blank line is an empty sentence (a system may output one), not a boundary."""
+    fmt = "marker" if str(path) == STDIN else _sniff(read_text(path))    # standard input is read once
+    if fmt in ("jsonl", "bcontrast"):
+        docs = read_documents(path, fmt=fmt, allow_empty=hypothesis)
         return [d.tgt if d.tgt is not None else d.src for d in docs]
-    return [d.src for d in read_documents(path, fmt="marker", allow_empty=hypothesis)]
+    fmt = fmt if fmt == "xml" else "marker"
+    return [d.src for d in read_documents(path, fmt=fmt, allow_empty=hypothesis)]

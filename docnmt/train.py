@@ -266,6 +266,9 @@ class Trainer:
         self.dist.barrier()   # every rank looks before rank 0 writes
         if nonempty and last is None and not force:
             raise DocnmtError(f"{d} exists and is not empty; choose another --save-dir or pass --force to overwrite")
+        if nonempty and force and not (d / "config.yaml").exists():
+            raise DocnmtError(f"{d} is not a docnmt model directory (no config.yaml), and --force only starts "
+                              "those over: remove it yourself or choose another --save-dir")
         if last is not None and not force:
             saved = Config.load(d / "config.yaml").to_dict()
             if saved["model"] != self.cfg.to_dict()["model"] or saved["data"] != self.cfg.to_dict()["data"]:

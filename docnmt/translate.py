@@ -92,8 +92,7 @@ class Translator:
         if not weights.exists():
             raise DocnmtError(f"{weights}: no weights (has training saved a model yet?)")
         load_weights(model, weights)
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        return cls(model, vocab, cfg, device)
+        return cls(model, vocab, cfg, check_device(device))
 
     def banned_ids(self, sentence_targets: bool) -> list[int]:
         """Special tokens the search never generates: all but the format's own (separators in
@@ -258,6 +257,19 @@ class Translator:
             if empty or d in bad_docs:
                 report.documents_with_problems.append(doc.docid)
         return docs
+
+
+def check_device(device: str | None) -> torch.device:
+    """``device`` (default: CUDA when there is one) as a torch device, or a clear error."""
+    if not device:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise DocnmtError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DocnmtError(f"device {device!r} asked for, but this machine has no CUDA GPU (use --device cpu)")
+    return dev
 
 
 def autocast_dtype(precision: str, device: torch.device):

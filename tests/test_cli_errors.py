@@ -174,3 +174,76 @@ def test_numbers_in_float_notation_are_accepted_for_integers():
     assert cfg.train.tensorboard_dir == ""
     with pytest.raises(ConfigError, match="whole number"):
         Config.load("transformer_tiny").override({"train.warmup_updates": 0.5})
+
+
+# ---- values out of range, devices, paths, weights: one error line, never a traceback ----------
+
+@pytest.mark.parametrize("key, value, words", [
+    ("train.update_freq", 0, "train.update_freq must be at least 1"),
+    ("model.dropout", 1.5, "model.dropout must be in [0, 1)"),
+    ("decode.beam", 0, "decode.beam must be at least 1"),
+    ("decode.nbest", 0, "decode.nbest must be at least 1"),
+    ("decode.lenpen_style", "foo", "fairseq or gnmt"),
+    ("decode.nbest", 9, "cannot exceed decode.beam"),
+])
+def test_out_of_range_settings_are_config_errors(key, value, words):
+    from docnmt.config import Config
+    from docnmt.errors import ConfigError
+    with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace(")", r"\)")):
+        Config.load("transformer_tiny").override({key: value})
+
+
+def test_train_with_update_freq_0_names_the_setting(tmp_path, cli_error):
+    message = cli_error("train", tmp_path / "data", "--save-dir", tmp_path / "m", "--update-freq", "0")
+    assert "update_freq must be at least 1" in message
+    assert not (tmp_path / "m").exists()                    # nothing half-made left behind
+
+
+@pytest.mark.parametrize("argv", [["average", "MODEL", "--last", "0"], ["evaluate", "--hyp", "h", "--ref", "r",
+                                                                          "--bootstrap-samples", "-5"],
+                                  ["prepare", "-s", "en", "-t", "de", "--trainpref", "x", "--destdir", "d",
+                                   "--vocab-size", "0"]])
+def test_counts_below_one_are_rejected_by_the_parser(argv, capsys):
+    from docnmt.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+def test_unknown_or_missing_devices():
+    import torch
+    from docnmt.errors import DocnmtError
+    from docnmt.translate import check_device
+    assert check_device("cpu") == torch.device("cpu")
+    with pytest.raises(DocnmtError, match="unknown device"):
+        check_device("foo")
+    if not torch.cuda.is_available():
+        with pytest.raises(DocnmtError, match="no CUDA GPU"):
+            check_device("cuda")
+
+
+def test_unreadable_weights_are_a_clear_error(tmp_path):
+    import torch
+    from docnmt.checkpoint import load_weights
+    from docnmt.errors import DocnmtError
+    (tmp_path / "w.safetensors").write_text("not weights")
+    with pytest.raises(DocnmtError, match="not a readable safetensors weights file"):
+        load_weights(torch.nn.Linear(2, 2), tmp_path / "w.safetensors")
+
+
+def test_unwritable_output_paths_are_one_error_line(corpus, tmp_path, cli_error):
+    prefix, paths = corpus(GOOD, GOOD)
+    message = cli_error("evaluate", "--hyp", paths["en"], "--ref", paths["en"], "--json", tmp_path / "no/such/x.json")
+    assert "no/such/x.json" in message
+
+
+def test_force_never_empties_a_directory_docnmt_did_not_make(tmp_path, cli_error):
+    from _tiny import SHARED, tiny_data
+    if not SHARED.exists():
+        pytest.skip("needs ../shared/data")
+    save = tmp_path / "mine"
+    (save / "sub").mkdir(parents=True)
+    (save / "notes.txt").write_text("keep me")
+    message = cli_error("train", tiny_data(tmp_path), "--arch", "transformer_tiny", "--save-dir", save, "--force")
+    assert "not a docnmt model directory" in message
+    assert (save / "notes.txt").read_text() == "keep me" and (save / "sub").is_dir()

@@ -363,3 +363,27 @@ def test_error_bcontrast(tmp_path):
     raises_at(path, 9, read_bcontrast_json, write(path, json.dumps(conv, indent=2)),
               match="unknown speaker 'bot'")
     raises_at(path, 2, read_bcontrast_json, write(path, '{\n"c1": [}'), match="invalid JSON")
+
+
+def test_auto_format_reads_jsonl_and_xml_by_content(tmp_path):
+    """Standard input and files with other names are recognised by their first line too."""
+    jsonl = tmp_path / "talk.en"
+    jsonl.write_text('{"id": "a", "src": ["Hello .", "Bye ."]}\n')
+    docs = read_documents(str(jsonl))
+    assert [(d.docid, d.src) for d in docs] == [("a", ["Hello .", "Bye ."])]
+    sgml = tmp_path / "news.en"
+    sgml.write_text('<srcset setid="x" srclang="en">\n<doc docid="d1">\n<seg id="1">Caf&eacute; .</seg>\n'
+                    '<seg id="2">Two .</seg>\n</doc>\n</srcset>\n')
+    docs = read_documents(str(sgml))
+    assert [(d.docid, d.src) for d in docs] == [("d1", ["Café .", "Two ."])]
+
+
+def test_evaluation_reads_sgml_references_and_keeps_empty_hypothesis_lines(tmp_path):
+    from docnmt.readers import read_sentences
+    ref = tmp_path / "ref.de"
+    ref.write_text('<refset setid="x" trglang="de">\n<doc docid="d1">\n<seg id="1">Eins .</seg>\n'
+                   '<seg id="2">Zwei .</seg>\n</doc>\n</refset>\n')
+    assert read_sentences(str(ref)) == [["Eins .", "Zwei ."]]
+    hyp = tmp_path / "hyp.de"
+    hyp.write_text("<d>\nEins .\n\n")
+    assert read_sentences(str(hyp), hypothesis=True) == [["Eins .", ""]]
