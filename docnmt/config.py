@@ -20,7 +20,7 @@ import yaml
 from .data import ModeConfig
 from .errors import ConfigError
 from .model import ModelConfig
-from .search import SearchConfig
+from .search import LENPEN_STYLES, SearchConfig
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -131,6 +131,14 @@ class Config:
         return Config.from_dict(d, "command line")
 
 
+TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")   # auto: bf16 (fp16 without it) on CUDA, fp32 on CPU
+DECODE_PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def _one_of(values: tuple) -> tuple:
+    return (lambda v: v in values, ", ".join(values[:-1]) + f" or {values[-1]}")
+
+
 _AT_LEAST_1 = (lambda v: v >= 1, "at least 1")
 _PROBABILITY = (lambda v: 0 <= v < 1, "in [0, 1)")
 # values outside these ranges are ConfigErrors (instead of a crash or a silently empty result)
@@ -140,12 +148,12 @@ LIMITS = {
     "train": {"max_tokens": _AT_LEAST_1, "update_freq": _AT_LEAST_1, "lr": (lambda v: v > 0, "above 0"),
               "label_smoothing": _PROBABILITY, "word_dropout": _PROBABILITY, "keep_last": _AT_LEAST_1,
               "log_interval": _AT_LEAST_1, "pretrained_lr_scale": (lambda v: v >= 0, "at least 0"),
-              "precision": (lambda v: v in ("auto", "fp32", "bf16", "fp16"), "auto, fp32, bf16 or fp16")},
+              "precision": _one_of(TRAIN_PRECISIONS)},
     "decode": {"beam": _AT_LEAST_1, "nbest": _AT_LEAST_1, "max_tokens": _AT_LEAST_1, "max_sentences": _AT_LEAST_1,
                "max_len_a": (lambda v: v >= 0, "at least 0"), "min_len": (lambda v: v >= 0, "at least 0"),
-               "lenpen_style": (lambda v: v in ("fairseq", "gnmt"), "fairseq or gnmt"),
+               "lenpen_style": _one_of(LENPEN_STYLES),
                "sliding_window": (lambda v: v > 0, "above 0"),
-               "precision": (lambda v: v in ("auto", "fp32", "bf16"), "auto, fp32 or bf16")},
+               "precision": _one_of(DECODE_PRECISIONS)},
 }
 
 

@@ -45,6 +45,7 @@ class SearchConfig:
     nbest: int = 1
 
 
+LENPEN_STYLES = ("fairseq", "gnmt")
 SHARED_PREFILL = True   # False: a forced prefix goes through the decoder once per beam (tests compare)
 
 
@@ -177,7 +178,7 @@ def length_penalty(length, cfg: SearchConfig):
     if cfg.lenpen_style == "gnmt":
         return ((5 + length) / 6) ** cfg.lenpen
     if cfg.lenpen_style != "fairseq":
-        raise ValueError(f"unknown lenpen_style {cfg.lenpen_style!r}; choose fairseq or gnmt")
+        raise ValueError(f"unknown lenpen_style {cfg.lenpen_style!r}; choose one of {', '.join(LENPEN_STYLES)}")
     return length ** cfg.lenpen
 
 

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from .checkpoint import (WEIGHTS, atomic_write, last_checkpoint, load_state, load_weights, save_checkpoint,
                          save_weights)
-from .config import Config
+from .config import TRAIN_PRECISIONS, Config
 from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, word_dropout
 from .errors import DocnmtError
 from .model import AttentionProbe, module_kind
@@ -249,8 +249,8 @@ class Trainer:
     def _amp_dtype(self, precision: str):
         """The autocast dtype: bf16 (fp16 where bf16 is missing) on CUDA by default, fp32 on CPU.
         ``bf16`` on CPU is honoured (CPU autocast; slow, but the same code path as on GPU)."""
-        if precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise DocnmtError(f"unknown precision {precision!r}: use auto, fp32, bf16 or fp16")
+        if precision not in TRAIN_PRECISIONS:
+            raise DocnmtError(f"unknown precision {precision!r}: use one of {', '.join(TRAIN_PRECISIONS)}")
         if self.device.type != "cuda":
             if precision == "fp16":
                 log.warning("fp16 autocast needs CUDA; training in fp32 on CPU")

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from . import context_transformer, docflat, gtransformer, ptransformer
 from .checkpoint import WEIGHTS, load_weights
-from .config import Config
+from .config import DECODE_PRECISIONS, Config
 from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, sent_instances
 from .document import Document
 from .errors import ConfigError, DataError, DocnmtError
@@ -275,8 +275,8 @@ def check_device(device: str | None) -> torch.device:
 def autocast_dtype(precision: str, device: torch.device):
     """Autocast dtype for decoding: bf16 on CUDA by default; on CPU only when asked (bf16
     matrix products are several times faster on CPUs with AVX512-BF16 or AMX)."""
-    if precision not in ("auto", "fp32", "bf16"):
-        raise DocnmtError(f"unknown decoding precision {precision!r}: use auto, fp32 or bf16")
+    if precision not in DECODE_PRECISIONS:
+        raise DocnmtError(f"unknown decoding precision {precision!r}: use one of {', '.join(DECODE_PRECISIONS)}")
     if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
         return torch.bfloat16
     return None
