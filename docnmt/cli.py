@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--valid-bleu", action="store_true", help="also translate the validation set and report BLEU")
     p.add_argument("--init-from", help="initialise the weights from this model directory or .safetensors")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="any config value")
-    p.add_argument("--force", action="store_true", help="start over in a non-empty --save-dir")
+    p.add_argument("--force", action="store_true",
+                   help="start over in a --save-dir holding a docnmt model (never in a folder with other files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("translate", help="translate documents")
@@ -256,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("quickstart", help="prepare, train and translate the bundled chat corpus")
     p.add_argument("--workdir", default="docnmt-quickstart")
     p.add_argument("--minutes", type=float, default=6.0, help="training time budget")
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--force", action="store_true", help="start over in a --workdir an earlier quick start made")
 
     sub.add_parser("presets", help="list the named presets")
     return ap
