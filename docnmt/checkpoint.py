@@ -32,6 +32,16 @@ WEIGHTS = "model.safetensors"
 STATE = "state.pt"
 
 
+def _new_file_mode(path: Path) -> int:
+    """The mode ``open(path, "w")`` would give: the old file's, else 0666 less the umask."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def atomic_write(path: Path, write) -> None:
     """Call ``write(tmp_path)`` and rename the result over ``path``."""
     path = Path(path)
@@ -39,6 +49,7 @@ def atomic_write(path: Path, write) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, _new_file_mode(path))   # mkstemp's 0600 would hide models from the group
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

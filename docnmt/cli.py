@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spm-model", help="reuse this SentencePiece model file, or the subword model (either kind) "
                                        "of a data/model directory")
     p.add_argument("--format", default="auto", help=FORMAT_HELP)
-    p.add_argument("--max-sentence-tokens", type=int, default=1022)
+    p.add_argument("--max-sentence-tokens", type=positive_int, default=1022,
+                   help="a longer sentence (in subword tokens) is an error naming it")
     p.add_argument("--force", action="store_true", help="overwrite a non-empty --destdir")
 
     p = sub.add_parser("train", help="train a model")

@@ -14,6 +14,7 @@ merges; the ``docnmt[moses]`` extra, see :mod:`docnmt.subword`).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from .data import Corpus, ModeConfig, build_instances
@@ -74,9 +75,23 @@ def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[s
         for old in [*destdir.glob("*.npy"), *destdir.glob("*.docids.json"),
                     *(destdir / n for n in ("prepare.json", "spm.model", "vocab.json", "bpe.codes", "bpe.vocab.json"))]:
             old.unlink(missing_ok=True)
-    destdir.mkdir(parents=True, exist_ok=True)
     splits = {"train": trainpref, "valid": validpref or [], "test": testpref or []}
     docs = {name: read_split(prefs, src_lang, tgt_lang, fmt) for name, prefs in splits.items() if prefs}
+    existed = destdir.exists()
+    fresh = not existed or not any(destdir.iterdir())
+    destdir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _write(destdir, docs, splits, src_lang, tgt_lang, vocab_size, spm_from, bpe_vocab, bpe_merges,
+                      max_sentence_tokens, log)
+    except BaseException:
+        if fresh:   # a failed run leaves no half-prepared directory (an empty one it was given stays, empty)
+            for p in ([destdir] if not existed else list(destdir.iterdir())):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        raise
+
+
+def _write(destdir, docs, splits, src_lang, tgt_lang, vocab_size, spm_from, bpe_vocab, bpe_merges,
+           max_sentence_tokens, log) -> dict:
     if spm_from:
         vocab = Vocab.load(spm_from) if Path(spm_from).is_dir() else Vocab(Path(spm_from).read_bytes(), default_symbols())
         log(f"using the existing subword model {spm_from} ({len(vocab)} symbols)")

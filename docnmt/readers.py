@@ -19,6 +19,8 @@ Formats read (every file UTF-8, decoded strictly; a leading BOM is dropped; LF o
 ``plain``
     One sentence per line, no documents: one document per file, ``meta["sentence_level"]``.
 
+A document read without its own ``<d>`` line has ``meta["unmarked"]``.
+
 Line-based formats strip whitespace around each sentence. :func:`write_marker` and
 :func:`write_jsonl` are the inverses of the matching readers. Every problem with the input
 raises :class:`docnmt.errors.DataError` naming the file and, when known, the 1-based line.
@@ -193,7 +195,10 @@ def _read_lined(split: Callable[[Text], Split], check: Callable[..., None], a: T
 
 def _marker(a: Text, b: Text | None, docids_path=None, allow_empty: bool = False) -> list[Document]:
     split = (lambda f: _split_marker(f, allow_empty=True)) if allow_empty else _split_marker
-    return _read_lined(split, _check_lines, a, b, docids_path)
+    docs = _read_lined(split, _check_lines, a, b, docids_path)
+    if a.lines[0].strip() != DOC_MARK:
+        docs[0].meta["unmarked"] = True   # write_marker adds no <d> line
+    return docs
 
 
 def _blankline(a: Text, b: Text | None, docids_path=None) -> list[Document]:
@@ -202,7 +207,7 @@ def _blankline(a: Text, b: Text | None, docids_path=None) -> list[Document]:
 
 def _plain(a: Text, b: Text | None) -> list[Document]:
     (doc,) = _read_lined(partial(_split_marker, mark=None), partial(_check_lines, mark=None), a, b)
-    doc.docid, doc.meta["sentence_level"] = a.base, True
+    doc.docid, doc.meta["sentence_level"], doc.meta["unmarked"] = a.base, True, True
     return [doc]
 
 
@@ -505,18 +510,21 @@ def _one_line(s: str, what: str, name: str, allow_empty: bool = False) -> str:
 def write_marker(docs: Iterable[Document], path_or_file, side: str = "src",
                  docids_path=None, allow_empty: bool = False) -> None:
     """Write one side of ``docs`` in the ``<d>`` format, and their ids to ``docids_path``;
-    ``allow_empty`` writes empty sentences as empty lines (translations that came back empty)."""
+    ``allow_empty`` writes empty sentences as empty lines (translations that came back empty).
+    A first document read without a ``<d>`` line (``meta["unmarked"]``: plain text, or lines
+    before the first marker) is written without one, so a translation has its input's lines."""
     if side not in ("src", "tgt"):
         raise ValueError(f"side must be 'src' or 'tgt', not {side!r}")
     docs = list(docs)
     name = str(path_or_file if isinstance(path_or_file, (str, os.PathLike))
                else getattr(path_or_file, "name", "<output>"))
     out = []
-    for doc in docs:
+    for k, doc in enumerate(docs):
         sents = getattr(doc, side)
         if sents is None:
             raise DataError(f"document {doc.docid!r} has no {side} side", name)
-        out.append(DOC_MARK + "\n")
+        if k or not doc.meta.get("unmarked"):
+            out.append(DOC_MARK + "\n")
         out.extend(_one_line(s, f"document {doc.docid!r}: sentence", name, allow_empty) for s in sents)
     with _output(path_or_file) as fh:
         fh.write("".join(out))

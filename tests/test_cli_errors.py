@@ -55,6 +55,19 @@ def test_prepare_reports_bad_data_by_file_and_line(corpus, tmp_path, cli_error, 
     message = cli_error(*prepare_argv(prefix, tmp_path / "out"))
     assert f"{paths[side]}:{line}: " in message
     assert words in message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["new-destdir", "empty-destdir"])
+def test_failed_prepare_leaves_no_half_prepared_directory(corpus, tmp_path, run_cli, given):
+    prefix, _ = corpus(GOOD, GOOD)
+    dest = tmp_path / "out"
+    if given:
+        dest.mkdir()
+    status, _, err = run_cli(*prepare_argv(prefix, dest), "--max-sentence-tokens", "2")   # fails after the vocab
+    assert status == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("docnmt: error: ") and "more than the 2" in err
+    assert (dest.exists() and not any(dest.iterdir())) if given else not dest.exists()
 
 
 def test_prepare_missing_target_side(corpus, tmp_path, cli_error):

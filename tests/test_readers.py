@@ -254,6 +254,21 @@ def test_marker_without_d_and_leading_content(tmp_path):
     assert [d.src for d in docs] == [["x"], ["y"]]
 
 
+@pytest.mark.parametrize("text", ["x\ny\n", "x\n<d>\ny\n", "<d>\nx\n<d>\ny\n", "\ufeffx\r\n<d>\r\ny\r\n"])
+def test_written_marker_file_keeps_the_input_lines(tmp_path, text):
+    """A translation lines up with its input: no <d> line is added before unmarked content."""
+    docs = read_marker(write(tmp_path / "a", text))
+    write_marker(docs, tmp_path / "b")
+    assert (tmp_path / "b").read_text().splitlines() == text.lstrip("\ufeff").splitlines()
+
+
+def test_written_plain_text_keeps_the_input_lines(tmp_path):
+    (doc,) = read_plain(ENDE / "sent" / "tatoeba.en")
+    write_marker([doc], tmp_path / "out")
+    out = (tmp_path / "out").read_text().splitlines()
+    assert out == [s.strip() for s in (ENDE / "sent" / "tatoeba.en").read_text().splitlines()]
+
+
 # ---------------------------------------------------------------- errors
 
 def test_error_line_counts_differ(tmp_path):

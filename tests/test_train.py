@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from _tiny import SHARED, tiny_config, tiny_data
-from docnmt.checkpoint import average_checkpoints, last_checkpoint, list_checkpoints, load_state
+from docnmt.checkpoint import atomic_write, average_checkpoints, last_checkpoint, list_checkpoints, load_state
 from docnmt.errors import DocnmtError
 from docnmt.train import Trainer, inverse_sqrt, label_smoothed_loss
 
@@ -141,6 +141,20 @@ def test_interrupted_save_leaves_last_checkpoint_intact(data, tmp_path, monkeypa
         trainer.save("u99999999")
     assert last_checkpoint(tmp_path / "m") == good
     assert not any(p.name.startswith(".") for p in (tmp_path / "m" / "checkpoints").iterdir())
+
+
+def test_atomic_write_gives_the_modes_a_plain_write_would(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "new.txt", lambda t: Path(t).write_text("x"))
+        kept = tmp_path / "kept.txt"
+        kept.write_text("old")
+        kept.chmod(0o640)
+        atomic_write(kept, lambda t: Path(t).write_text("new"))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o644   # not mkstemp's 0600
+    assert kept.stat().st_mode & 0o777 == 0o640 and kept.read_text() == "new"
 
 
 DDP_SCRIPT = r"""
