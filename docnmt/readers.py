@@ -10,7 +10,8 @@ Formats read (every file UTF-8, decoded strictly; a leading BOM is dropped; LF o
 ``xml`` / ``sgml``
     IWSLT mteval XML and WMT SGML: ``<doc docid=...>`` elements holding ``<seg id=...>``
     segments, parsed leniently with regular expressions (``&...;`` references unescaped,
-    whitespace collapsed). Two sides are paired by docid, then by seg id.
+    ``<![CDATA[...]]>`` unwrapped, whitespace collapsed; a ``<seg>`` before the first ``<doc>``
+    is an error). Two sides are paired by docid, then by seg id.
 ``jsonl``
     One JSON object a line: ``{"id": ..., "src": [...], "tgt": [...], "meta": {...}}``.
 ``bcontrast``
@@ -228,9 +229,14 @@ def _attr(attrs: str, name: str) -> str | None:
 _ZERO_WIDTH = {0x200B: " ", 0xFEFF: " "}  # zero-width spaces count as whitespace (newstest2012)
 
 
+_CDATA = re.compile(r"<!\[CDATA\[(.*?)\]\]>", re.S)
+
+
 def _clean(s: str) -> str:
-    """Unescape ``&...;`` references (a bare ``&`` stays), collapse and strip whitespace."""
-    s = _ENTITY.sub(lambda m: html.unescape(m.group()), s)
+    """Unescape ``&...;`` references (a bare ``&`` stays) outside ``<![CDATA[...]]>`` sections,
+    which are unwrapped as they are; collapse and strip whitespace."""
+    parts = _CDATA.split(s)   # even indices: markup text, odd: CDATA contents
+    s = "".join(p if k % 2 else _ENTITY.sub(lambda m: html.unescape(m.group()), p) for k, p in enumerate(parts))
     return " ".join(s.translate(_ZERO_WIDTH).split())
 
 
@@ -247,6 +253,8 @@ def _xml_docs(f: Text) -> dict[str, _XDoc]:
     tags = list(_DOC_TAG.finditer(text))
     if not tags:
         raise DataError("no <doc> element", f.name)
+    if stray := _SEG.search(text, 0, tags[0].start()):
+        raise DataError("<seg> outside any <doc> element", f.name, text.count("\n", 0, stray.start()) + 1)
     docs: dict[str, _XDoc] = {}
     line, pos = 1, 0
 

@@ -360,6 +360,8 @@ def test_error_xml(tmp_path):
     write(a, head + '<seg id="2">B\n</doc>\n')
     raises_at(a, 4, read_xml, a, match="not closed")
     raises_at(b, None, read_xml, write(b, "<seg id=1>x</seg>\n"), match="no <doc>")
+    raises_at(b, 2, read_xml, write(b, "<refset>\n<seg id=1>x</seg>\n" + head[9:] + "</doc>\n"),
+              match="outside any <doc>")   # not silently dropped
 
 
 def test_xml_lenient_sgml(tmp_path):
@@ -367,6 +369,8 @@ def test_xml_lenient_sgml(tmp_path):
             "AT&T\t  Co.</seg>\r\n<seg id=\"2\" >\r\n two\r\n lines </SEG>\r\n</p>\r\n</DOC>\r\n")
     (doc,) = read_xml(write(tmp_path / "s.sgm", text))
     assert doc.docid == "d 1" and doc.src == ["Tom \"'& AT&T Co.", "two lines"]
+    cdata = '<doc docid="c">\n<seg id="1"><![CDATA[a <b> &amp;\n c]]> &amp; d</seg>\n</doc>\n'
+    assert read_xml(write(tmp_path / "c.xml", cdata))[0].src == ["a <b> &amp; c & d"]
 
 
 def test_error_bcontrast(tmp_path):
