@@ -46,12 +46,14 @@ def read_split(prefixes: list[str], src_lang: str, tgt_lang: str, fmt: str = "au
     structure: ``meta["sentence_level"]``) becomes one single-sentence document per line, so
     no instance ever joins its unrelated sentences ("+sent" data, PROTOCOL.md)."""
     docs: list[Document] = []
-    for pref in prefixes:
+    names = [Path(p).name for p in prefixes]
+    unique = len(set(names)) == len(names)   # else a/train and b/train are told apart by their paths
+    for pref, name in zip(prefixes, names):
         part = resolve_prefix(pref, src_lang, tgt_lang, fmt)
         for d in part:
             if d.tgt is None:
                 raise DataError("training and validation data need both sides", pref)
-            d.docid = f"{Path(pref).name}/{d.docid}" if len(prefixes) > 1 else d.docid
+            d.docid = f"{name if unique else pref}/{d.docid}" if len(prefixes) > 1 else d.docid
             if d.meta.get("sentence_level"):
                 docs.extend(Document(f"{d.docid}:{i + 1}", [s], [t], {"sentence_level": True})
                             for i, (s, t) in enumerate(zip(d.src, d.tgt)))

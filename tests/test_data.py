@@ -521,3 +521,13 @@ def test_prepare_splits_sentence_level_corpora_into_single_sentence_documents(te
     assert len(tatoeba) == n_lines and all(len(d.src) == len(d.tgt) == 1 for d in tatoeba)
     assert tatoeba[0].docid.endswith(":1") and tatoeba[0].meta["sentence_level"]
     assert sum(1 for d in docs if not d.docid.startswith("tatoeba/")) == 12          # TED: real documents
+
+
+def test_prepare_tells_apart_corpora_with_the_same_name(shared_data, tmp_path):
+    from docnmt.prepare import read_split
+    for d in ("a", "b"):   # two corpora named "ted", without .docids: both have ids ted.en:0, …
+        (tmp_path / d).mkdir()
+        for lang in ("en", "de"):
+            (tmp_path / d / f"ted.{lang}").write_bytes((shared_data / "ende/valid" / f"ted.{lang}").read_bytes())
+    docs = read_split([str(tmp_path / "a" / "ted"), str(tmp_path / "b" / "ted")], "en", "de")
+    assert len({d.docid for d in docs}) == len(docs) == 24
