@@ -331,6 +331,8 @@ def _sentences(value, what: str, name: str, no: int | None, allow_empty: bool = 
         if not isinstance(s, str) or (not s.strip() and not allow_empty) or "\n" in s or "\r" in s:
             raise DataError(f"{what}[{k}]: expected a non-empty one-line string, got {s!r}",
                             name, no)
+        if s.strip() == DOC_MARK:   # refused here, not when a translation is written as <d> lines
+            raise DataError(f"{what}[{k}]: a sentence {DOC_MARK!r} would read as a document marker", name, no)
     return [s.strip() for s in value]
 
 

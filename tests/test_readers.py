@@ -333,6 +333,7 @@ def test_error_blankline_structure(tmp_path):
     ('{"src": []}', "src: expected a non-empty list"),
     ('{"src": ["a", ""]}', r"src\[1\]"),
     ('{"src": ["a", 3]}', r"src\[1\]"),
+    ('{"src": ["a", " <d> "], "tgt": ["b", "c"]}', r"src\[1\]: a sentence '<d>' would read as a document"),
     ('{"src": ["a", "b"], "tgt": ["c"]}', "2 src sentences but 1 tgt"),
     ('{"src": ["a"], "tgt": ["b"], "id": null}', "id: expected"),
     ('{"src": ["a"]}', "tgt present in some documents only"),
