@@ -139,18 +139,19 @@ def _one_of(values: tuple) -> tuple:
     return (lambda v: v in values, ", ".join(values[:-1]) + f" or {values[-1]}")
 
 
+_AT_LEAST_0 = (lambda v: v >= 0, "at least 0")
 _AT_LEAST_1 = (lambda v: v >= 1, "at least 1")
 _PROBABILITY = (lambda v: 0 <= v < 1, "in [0, 1)")
 # values outside these ranges are ConfigErrors (instead of a crash or a silently empty result)
 LIMITS = {
     "model": {"dropout": _PROBABILITY, "attention_dropout": _PROBABILITY, "activation_dropout": _PROBABILITY},
-    "data": {"context": (lambda v: v >= 0, "at least 0")},
+    "data": {"context": _AT_LEAST_0, "min_train_doc_sents": _AT_LEAST_0, "max_train_sent_tokens": _AT_LEAST_0},
     "train": {"max_tokens": _AT_LEAST_1, "update_freq": _AT_LEAST_1, "lr": (lambda v: v > 0, "above 0"),
               "label_smoothing": _PROBABILITY, "word_dropout": _PROBABILITY, "keep_last": _AT_LEAST_1,
-              "log_interval": _AT_LEAST_1, "pretrained_lr_scale": (lambda v: v >= 0, "at least 0"),
+              "log_interval": _AT_LEAST_1, "pretrained_lr_scale": _AT_LEAST_0,
               "precision": _one_of(TRAIN_PRECISIONS)},
     "decode": {"beam": _AT_LEAST_1, "nbest": _AT_LEAST_1, "max_tokens": _AT_LEAST_1, "max_sentences": _AT_LEAST_1,
-               "max_len_a": (lambda v: v >= 0, "at least 0"), "min_len": (lambda v: v >= 0, "at least 0"),
+               "max_len_a": _AT_LEAST_0, "min_len": _AT_LEAST_0,
                "lenpen_style": _one_of(LENPEN_STYLES),
                "sliding_window": (lambda v: v > 0, "above 0"),
                "precision": _one_of(DECODE_PRECISIONS)},

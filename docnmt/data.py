@@ -223,6 +223,9 @@ class ModeConfig:
     dls: bool = False                # doc2doc: dynamic length sampling of training segments (SPEC §2.5)
     dls_start_epoch: int = 20        # k of T = exp(epoch − k)
     batch_order: str = "sorted"      # sorted: length buckets | ordered: runs of consecutive instances, whole batches shuffled (DocFlat, C19) | strict: ordered, never shuffled
+    # training-document filters of the official codes (SPEC §2.3), off by default; validation keeps every document
+    min_train_doc_sents: int = 0     # drop training documents of fewer sentences (G-Transformer's --min-train-doclen)
+    max_train_sent_tokens: int = 0   # drop training documents with a longer sentence, either side (length bias: 256)
 
     MODES = ("sent2sent", "doc2sent", "doc2doc", "mr", "pseudodoc")
     SEPARATORS = ("index", "uniform", "group", "global_index")
@@ -299,8 +302,26 @@ def dls_instances(corpus: Corpus, epoch: int, seed: int, start_epoch: int, max_l
 
 def build_instances(corpus: Corpus, mode: ModeConfig, training: bool = True, epoch: int = 1,
                     seed: int = 1) -> np.ndarray:
-    """All instances of ``corpus`` in ``mode`` (training mixtures only when ``training``);
-    with dynamic length sampling the training instances depend on (seed, epoch)."""
+    """All instances of ``corpus`` in ``mode`` (training mixtures and document filters only when
+    ``training``); with dynamic length sampling the training instances depend on (seed, epoch)."""
+    rows = _instances(corpus, mode, training, epoch, seed)
+    if training and (mode.min_train_doc_sents > 0 or mode.max_train_sent_tokens > 0):
+        doc_of_row = np.searchsorted(corpus.doc_offsets, rows[:, 0], side="right") - 1
+        rows = rows[train_documents(corpus, mode)[doc_of_row]]
+    return rows
+
+
+def train_documents(corpus: Corpus, mode: ModeConfig) -> np.ndarray:
+    """Which documents the training-document filters of ``mode`` keep (bool per document)."""
+    starts = corpus.doc_offsets[:-1]
+    keep = np.diff(corpus.doc_offsets) >= mode.min_train_doc_sents
+    if mode.max_train_sent_tokens > 0:
+        longest = np.maximum.reduceat(sentence_costs(corpus, extra=0), starts) if len(starts) else starts
+        keep &= longest <= mode.max_train_sent_tokens
+    return keep
+
+
+def _instances(corpus: Corpus, mode: ModeConfig, training: bool, epoch: int, seed: int) -> np.ndarray:
     if training and mode.dls and mode.mode == "doc2doc":
         if mode.max_instance_tokens <= 0:
             raise ConfigError("data.dls samples segment lengths below data.max_instance_tokens: set it "

@@ -28,7 +28,7 @@ from .checkpoint import (WEIGHTS, atomic_write, last_checkpoint, load_state, loa
                          save_weights)
 from .config import TRAIN_PRECISIONS, Config
 from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, word_dropout
-from .errors import DocnmtError
+from .errors import ConfigError, DocnmtError
 from .model import AttentionProbe, module_kind
 from .translate import Translator, build_model
 from .vocab import Vocab
@@ -207,6 +207,10 @@ class Trainer:
     def make_train_set(self, epoch: int) -> InstanceSet:
         """The training instances of an epoch (a hook: dynamic segmentation rebuilds them)."""
         rows = build_instances(self.train_corpus, self.cfg.data, epoch=epoch, seed=self.cfg.train.seed)
+        if not len(rows):
+            raise ConfigError("no training instances: data.min_train_doc_sents "
+                              f"({self.cfg.data.min_train_doc_sents}) or data.max_train_sent_tokens "
+                              f"({self.cfg.data.max_train_sent_tokens}) drops every training document")
         return InstanceSet(self.train_corpus, rows, self.joiner)
 
     def _begin_epoch(self) -> None:

@@ -173,6 +173,23 @@ def test_mix_sentences_adds_every_sentence_pair(tiny_corpus, mode):
     assert len(at_test) <= len(base)
 
 
+@pytest.mark.parametrize("mode", ["sent2sent", "doc2doc", "mr"])
+def test_training_document_filters_drop_whole_documents_in_training_only(tiny_corpus, mode):
+    n_sents = np.diff(tiny_corpus.doc_offsets)
+    longest = np.maximum.reduceat(np.maximum(tiny_corpus.src.lengths, tiny_corpus.tgt.lengths),
+                                  tiny_corpus.doc_offsets[:-1])
+    min_sents, max_tokens = int(np.median(n_sents)), int(np.median(longest))
+    expected = (n_sents >= min_sents) & (longest <= max_tokens)
+    assert 0 < expected.sum() < len(expected)                # the fixture exercises both filters
+    base = ModeConfig(mode, max_instance_tokens=SMALL_BUDGET, mix_sentences=True)
+    cfg = replace(base, min_train_doc_sents=min_sents, max_train_sent_tokens=max_tokens)
+    everything = build_instances(tiny_corpus, base)
+    kept = build_instances(tiny_corpus, cfg)
+    np.testing.assert_array_equal(kept, everything[expected[doc_of(tiny_corpus, everything)]])
+    np.testing.assert_array_equal(build_instances(tiny_corpus, cfg, training=False),
+                                  build_instances(tiny_corpus, base, training=False))
+
+
 def test_mr_is_plain_doc2doc_outside_training(tiny_corpus):
     cfg = ModeConfig("mr", max_instance_tokens=SMALL_BUDGET)
     np.testing.assert_array_equal(build_instances(tiny_corpus, cfg, training=False),

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from _tiny import SHARED, tiny_config, tiny_data
 from docnmt.checkpoint import atomic_write, average_checkpoints, last_checkpoint, list_checkpoints, load_state
-from docnmt.errors import DocnmtError
+from docnmt.errors import ConfigError, DocnmtError
 from docnmt.train import Trainer, inverse_sqrt, label_smoothed_loss
 
 pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
@@ -227,3 +227,11 @@ def test_final_update_is_validated_even_on_a_save_interval(data, tmp_path):
 def test_bleu_as_best_metric_needs_valid_bleu(data, tmp_path):
     with pytest.raises(DocnmtError, match="--valid-bleu"):
         Trainer(tiny_config(max_update=2, best_metric="bleu"), data, tmp_path / "m", progress_bar=False)
+
+
+def test_filters_that_drop_every_training_document_are_a_config_error(data, tmp_path):
+    cfg = tiny_config().override({"data.max_train_sent_tokens": 1})
+    with pytest.raises(ConfigError, match="drops every training document"):
+        Trainer(cfg, data, tmp_path / "m", progress_bar=False)
+    with pytest.raises(ConfigError, match="data.min_train_doc_sents must be at least 0"):
+        tiny_config().override({"data.min_train_doc_sents": -1})
