@@ -68,6 +68,10 @@ class Corpus:
     def doc_range(self, d: int) -> range:
         return range(int(self.doc_offsets[d]), int(self.doc_offsets[d + 1]))
 
+    def doc_of(self, sents):
+        """The document of each sentence index (an array, or one int for one index)."""
+        return np.searchsorted(self.doc_offsets, sents, side="right") - 1
+
     @classmethod
     def encode(cls, docs: list[Document], vocab: Vocab, max_sentence_tokens: int = 1024,
                origin: str = "input") -> "Corpus":
@@ -306,17 +310,15 @@ def build_instances(corpus: Corpus, mode: ModeConfig, training: bool = True, epo
     ``training``); with dynamic length sampling the training instances depend on (seed, epoch)."""
     rows = _instances(corpus, mode, training, epoch, seed)
     if training and (mode.min_train_doc_sents > 0 or mode.max_train_sent_tokens > 0):
-        doc_of_row = np.searchsorted(corpus.doc_offsets, rows[:, 0], side="right") - 1
-        rows = rows[train_documents(corpus, mode)[doc_of_row]]
+        rows = rows[train_documents(corpus, mode)[corpus.doc_of(rows[:, 0])]]
     return rows
 
 
 def train_documents(corpus: Corpus, mode: ModeConfig) -> np.ndarray:
     """Which documents the training-document filters of ``mode`` keep (bool per document)."""
-    starts = corpus.doc_offsets[:-1]
     keep = np.diff(corpus.doc_offsets) >= mode.min_train_doc_sents
     if mode.max_train_sent_tokens > 0:
-        longest = np.maximum.reduceat(sentence_costs(corpus, extra=0), starts) if len(starts) else starts
+        longest = np.maximum.reduceat(sentence_costs(corpus, extra=0), corpus.doc_offsets[:-1])
         keep &= longest <= mode.max_train_sent_tokens
     return keep
 
@@ -546,7 +548,7 @@ class InstanceSet:
     def __init__(self, corpus: Corpus, rows: np.ndarray, joiner: Joiner):
         self.corpus, self.rows, self.joiner = corpus, rows, joiner
         start, end, tstart = rows[:, 0], rows[:, 1], rows[:, 2]
-        doc = np.searchsorted(corpus.doc_offsets, start, side="right") - 1
+        doc = corpus.doc_of(start)
         doc_start = corpus.doc_offsets[doc]
         self.first, self.tfirst = start - doc_start + 1, tstart - doc_start + 1   # 1-based in the document
         csum = np.concatenate([[0], np.cumsum(corpus.src.lengths)])
@@ -580,7 +582,7 @@ class InstanceSet:
         first one in the same document, concatenated, then ``</s>`` (just ``</s>`` at a
         document's start)."""
         a = int(self.rows[k, 0])
-        doc = int(np.searchsorted(self.corpus.doc_offsets, a, side="right")) - 1
+        doc = int(self.corpus.doc_of(a))
         doc_start = int(self.corpus.doc_offsets[doc])
         if self.joiner.context_self and self.corpus.sentence_level[doc]:
             sents = [self.corpus.src[a]]                    # a sentence pair mixed into step 2 (C24)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from .data import Corpus, ModeConfig, build_instances
@@ -79,46 +80,49 @@ def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[s
             old.unlink(missing_ok=True)
     splits = {"train": trainpref, "valid": validpref or [], "test": testpref or []}
     docs = {name: read_split(prefs, src_lang, tgt_lang, fmt) for name, prefs in splits.items() if prefs}
+    with _removed_on_failure(destdir):
+        if spm_from:
+            vocab = (Vocab.load(spm_from) if Path(spm_from).is_dir()
+                     else Vocab(Path(spm_from).read_bytes(), default_symbols()))
+            log(f"using the existing subword model {spm_from} ({len(vocab)} symbols)")
+        elif bpe_vocab:
+            src = [s for d in docs["train"] for s in d.src]
+            tgt = [s for d in docs["train"] for s in d.tgt]
+            log(f"Moses-tokenising {len(src) + len(tgt)} sentences and learning {bpe_merges} joint BPE merges on them")
+            vocab = bpe_vocab.train(src, tgt, src_lang, tgt_lang, bpe_merges)
+        else:
+            texts = [s for d in docs["train"] for s in d.src + d.tgt]
+            log(f"learning a joint SentencePiece BPE model of {vocab_size} pieces on {len(texts)} sentences")
+            vocab = Vocab.train(texts, vocab_size)
+        vocab.save(destdir)
+        stats = {"source_lang": src_lang, "target_lang": tgt_lang, "subword": vocab.backend, "vocab": len(vocab),
+                 "splits": {}}
+        for name, split_docs in docs.items():
+            corpus = Corpus.encode(split_docs, vocab, max_sentence_tokens, origin=",".join(splits[name]))
+            corpus.save(destdir, name)
+            stats["splits"][name] = split_stats(corpus)
+            s = stats["splits"][name]
+            log(f"{name}: {s['documents']} documents, {s['sentences']} sentences, "
+                f"{s['src_tokens']}/{s['tgt_tokens']} subword tokens; instances: " +
+                ", ".join(f"{k} {v}" for k, v in s["instances"].items()))
+        (destdir / "prepare.json").write_text(json.dumps(stats, indent=1))
+    return stats
+
+
+@contextmanager
+def _removed_on_failure(destdir: Path):
+    """Make ``destdir``; if the block fails, leave no half-prepared directory (an empty one the
+    user gave stays, empty)."""
     existed = destdir.exists()
     fresh = not existed or not any(destdir.iterdir())
     destdir.mkdir(parents=True, exist_ok=True)
     try:
-        return _write(destdir, docs, splits, src_lang, tgt_lang, vocab_size, spm_from, bpe_vocab, bpe_merges,
-                      max_sentence_tokens, log)
+        yield
     except BaseException:
-        if fresh:   # a failed run leaves no half-prepared directory (an empty one it was given stays, empty)
+        if fresh:
             for p in ([destdir] if not existed else list(destdir.iterdir())):
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
         raise
-
-
-def _write(destdir, docs, splits, src_lang, tgt_lang, vocab_size, spm_from, bpe_vocab, bpe_merges,
-           max_sentence_tokens, log) -> dict:
-    if spm_from:
-        vocab = Vocab.load(spm_from) if Path(spm_from).is_dir() else Vocab(Path(spm_from).read_bytes(), default_symbols())
-        log(f"using the existing subword model {spm_from} ({len(vocab)} symbols)")
-    elif bpe_vocab:
-        src = [s for d in docs["train"] for s in d.src]
-        tgt = [s for d in docs["train"] for s in d.tgt]
-        log(f"Moses-tokenising {len(src) + len(tgt)} sentences and learning {bpe_merges} joint BPE merges on them")
-        vocab = bpe_vocab.train(src, tgt, src_lang, tgt_lang, bpe_merges)
-    else:
-        texts = [s for d in docs["train"] for s in d.src + d.tgt]
-        log(f"learning a joint SentencePiece BPE model of {vocab_size} pieces on {len(texts)} sentences")
-        vocab = Vocab.train(texts, vocab_size)
-    vocab.save(destdir)
-    stats = {"source_lang": src_lang, "target_lang": tgt_lang, "subword": vocab.backend, "vocab": len(vocab),
-             "splits": {}}
-    for name, split_docs in docs.items():
-        corpus = Corpus.encode(split_docs, vocab, max_sentence_tokens, origin=",".join(splits[name]))
-        corpus.save(destdir, name)
-        stats["splits"][name] = split_stats(corpus)
-        s = stats["splits"][name]
-        log(f"{name}: {s['documents']} documents, {s['sentences']} sentences, "
-            f"{s['src_tokens']}/{s['tgt_tokens']} subword tokens; instances: " +
-            ", ".join(f"{k} {v}" for k, v in s["instances"].items()))
-    (destdir / "prepare.json").write_text(json.dumps(stats, indent=1))
-    return stats
 
 
 def split_stats(corpus: Corpus) -> dict:

@@ -231,7 +231,7 @@ class Translator:
                     sents, ok = self.joiner.split(forced + hyp.tokens, end - tstart)
                     if rank == 0 and not ok:
                         report.malformed_instances += 1
-                        bad_docs.add(int(np.searchsorted(corpus.doc_offsets, tstart, side="right")) - 1)
+                        bad_docs.add(int(corpus.doc_of(tstart)))
                     for j in range(int(new_from[k]) - tstart, end - tstart):
                         outputs[tstart + j].append(sents[j])
             bar.update(len(idx))
