@@ -316,7 +316,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_translate(args) -> int:
-    from .readers import read_documents, write_jsonl, write_marker
+    from .readers import read_inputs, write_jsonl, write_marker
     from .translate import Translator
     translator = Translator.load(args.model, args.checkpoint, args.device)
     overrides = collect_overrides(args, DECODE_FLAGS)
@@ -327,7 +327,7 @@ def cmd_translate(args) -> int:
     inputs = args.input or ["-"]
     if args.output and Path(args.output).exists() and not args.force:
         raise DocnmtError(f"{args.output} exists; pass --force to overwrite it")
-    docs = [d for path in inputs for d in read_documents(path, fmt=args.format)]
+    docs = read_inputs(inputs, args.format)
     out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs))
     target = args.output or sys.stdout
     if args.output_format == "jsonl":

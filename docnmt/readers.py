@@ -44,7 +44,7 @@ from .document import Document
 from .errors import ConfigError, DataError
 
 __all__ = ["FORMATS", "read_text", "read_marker", "read_blankline", "read_xml", "read_jsonl",
-           "read_bcontrast_json", "read_plain", "read_documents", "write_marker", "write_jsonl"]
+           "read_bcontrast_json", "read_plain", "read_documents", "read_inputs", "write_marker", "write_jsonl"]
 
 FORMATS = ("auto", "marker", "blankline", "xml", "sgml", "jsonl", "bcontrast", "plain")
 DOC_MARK = "<d>"
@@ -492,6 +492,21 @@ def read_documents(src, tgt=None, fmt: str = "auto", docids=None, allow_empty: b
     if fmt == "marker":
         return _marker(a, b, docids, allow_empty)
     return _blankline(a, b, docids)
+
+
+def read_inputs(paths: list[str], fmt: str = "auto") -> list[Document]:
+    """The documents of several input files, in order. Where two files give the same document
+    id (``x/a.en`` and ``y/a.en`` both number theirs ``a.en:0`` …), every id gets its file's path
+    as a prefix (``x/a.en/a.en:0``; the file's place too, ``2:a.en/a.en:0``, where a path is
+    given twice), so an output keeps one id per document."""
+    parts = [read_documents(path, fmt=fmt) for path in paths]
+    ids = [d.docid for docs in parts for d in docs]
+    if len(set(ids)) < len(ids):
+        repeated = len(set(paths)) < len(paths)
+        for k, (path, docs) in enumerate(zip(paths, parts)):
+            for d in docs:
+                d.docid = f"{f'{k + 1}:' if repeated else ''}{path}/{d.docid}"
+    return [d for docs in parts for d in docs]
 
 
 # ---------------------------------------------------------------- writers

@@ -2,6 +2,7 @@
 import io
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,21 @@ def test_bf16_decoding_path(run, capsys):
     out = capsys.readouterr().out
     assert out.count("<d>") == len(read_documents(f"{prefix}.en"))
     assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "--precision", "fp8", "-q"]) == 2
+
+
+def test_translate_keeps_document_ids_of_same_name_inputs_apart(run, tmp_path):
+    """Two inputs of the same file name number their documents alike; the JSONL output must
+    still give every document its own id (evaluate and read_documents refuse duplicates)."""
+    root, prefix = run
+    paths = []
+    for side in ("x", "y"):
+        (tmp_path / side).mkdir()
+        paths.append(tmp_path / side / "a.en")
+        paths[-1].write_text(Path(f"{prefix}.en").read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path / "hyp.jsonl"
+    assert main(["translate", str(root / "model"), "-i", *map(str, paths), "-o", str(out), "--output-format",
+                 "jsonl", "-q", "--beam", "1", "--max-len-b", "2"]) == 0
+    ids = [d.docid for d in read_documents(str(out), fmt="jsonl", allow_empty=True)]
+    n = len(read_documents(f"{prefix}.en"))
+    assert len(ids) == len(set(ids)) == 2 * n
+    assert ids[0].startswith(str(paths[0])) and ids[n].startswith(str(paths[1]))
