@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--force", action="store_true", help="overwrite existing --scores/--json/--plot files")
 
     p = sub.add_parser("entropy", help="attention entropy per module (bits) of a model on parallel documents")
     p.add_argument("model", help="model directory")
@@ -419,8 +420,8 @@ def cmd_score_contrastive(args) -> int:
     from .suites import read_suite
     from .translate import Translator
     for path in (args.scores, args.json, args.plot):
-        if path and Path(path).exists():
-            raise DocnmtError(f"{path} exists; remove it or choose another file")
+        if path and Path(path).exists() and not args.force:
+            raise DocnmtError(f"{path} exists; pass --force to overwrite it")
     examples = read_suite(args.suite, args.format, split=args.split, detokenize=not args.no_detokenize,
                           lang=tuple(args.langs) if args.langs else None)
     if not examples:

@@ -273,7 +273,11 @@ def test_score_contrastive_cli_on_bawden(models, run_cli, tmp_path):
     assert "accuracy" in out and (tmp_path / "p.png").stat().st_size > 1000
     status, _, err = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
                              "--json", tmp_path / "r.json")
-    assert status == 2 and "exists" in err                     # never overwritten
+    assert status == 2 and "exists" in err                     # never overwritten without --force
+    (tmp_path / "r.json").write_text("{}")
+    status, _, _ = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
+                           "--json", tmp_path / "r.json", "--force")
+    assert status == 0 and json.loads((tmp_path / "r.json").read_text()) == rep
 
 
 def test_example_documents_align_contexts():
