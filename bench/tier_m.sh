@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Tier M runs (PROTOCOL.md) of any presets: train (resumable), decode the validation sets with
 # beam 5, score. Usage:
-#   bench/tier_m.sh [--minutes M] [--precision fp32|bf16] NAME=PRESET[@INIT_NAME] ...
+#   bench/tier_m.sh [--minutes M] [--max-update N] [--train-only] [--precision fp32|bf16] NAME=PRESET[@INIT_NAME] ...
 # NAME is the run directory under runs/tierm; @INIT_NAME starts it from that run's weights
 # (fine-tuning, e.g. g_transformer_finetune_small from g_transformer_sent_small).
 # --precision bf16 trains under bf16 autocast (1.4-1.5x faster on a CPU with AVX512-BF16, the
 # default on GPU); every system of one comparison must use the same precision.
+# --max-update N stops every run at update N instead of the preset's budget (a comparison that
+# fits one sitting; resuming later without it continues the same runs to the full budget); the
+# decodes are then named valid.SET.uN.de so they never pass for the full-budget ones.
+# --train-only trains and skips decoding and scoring.
 # Example (G-Transformer, issue 3):
 #   bench/tier_m.sh gt=g_transformer_small gt_sent=g_transformer_sent_small \
 #                   gt_ft=g_transformer_finetune_small@gt_sent
@@ -14,10 +18,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=0
 PRECISION=""
+MAXUPD=""
+TAG=""
+DECODE=1
 while [[ "${1:-}" == --* ]]; do
   case $1 in
     --minutes) MINUTES=$2; shift 2 ;;
     --precision) PRECISION="--precision $2"; shift 2 ;;
+    --max-update) MAXUPD="--max-update $2"; TAG=".u$2"; shift 2 ;;
+    --train-only) DECODE=0; shift ;;
     *) echo "tier_m.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -28,13 +37,14 @@ for spec in "$@"; do
   if [[ $preset == *@* ]]; then init="--init-from runs/tierm/${preset#*@}"; preset=${preset%@*}; fi
   # shellcheck disable=SC2086
   docnmt train "$DATA" --arch "$preset" --save-dir "runs/tierm/$name" --max-minutes "$MINUTES" --save-interval-updates 200 \
-    --no-progress $PRECISION $init
+    --no-progress $PRECISION $MAXUPD $init
 done
+[ $DECODE = 1 ] || exit 0
 for spec in "$@"; do
   name=${spec%%=*}
   for set in ted news; do
-    out=runs/tierm/$name/valid.$set.de
+    out=runs/tierm/$name/valid.$set$TAG.de
     [ -f "$out" ] || docnmt translate "runs/tierm/$name" -i "../shared/data/ende/valid/$set.en" -o "$out" -q
-    docnmt evaluate --hyp "$out" --ref "../shared/data/ende/valid/$set.de" --json "runs/tierm/$name/valid.$set.json"
+    docnmt evaluate --hyp "$out" --ref "../shared/data/ende/valid/$set.de" --json "${out%.de}.json"
   done
 done

@@ -1,10 +1,12 @@
 """One Markdown table of Tier M runs: updates, trained parameters, validation loss, BLEU.
 
-    python bench/tier_m_table.py runs/tierm/sent2sent runs/tierm/ctx_step2 ...
+    python bench/tier_m_table.py [--tag u1000] runs/tierm/sent2sent runs/tierm/ctx_step2 ...
 
 Reads each model directory's ``metrics.jsonl`` (the last validation) and the ``valid.ted.json`` /
-``valid.news.json`` written by ``docnmt evaluate --json`` (as ``bench/tier_m*.sh`` do), and prints
-cased s-BLEU and d-BLEU per validation set.
+``valid.news.json`` written by ``docnmt evaluate --json`` (as ``bench/tier_m*.sh`` do; with
+``--tag T`` the ``valid.ted.T.json`` ones that ``bench/tier_m.sh --max-update N`` writes, T = uN),
+and prints cased s-BLEU and d-BLEU per validation set, and the decoder cross-attention entropy in
+bits where the run measured it (``attention_entropy``).
 """
 from __future__ import annotations
 
@@ -15,14 +17,16 @@ from pathlib import Path
 SETS = ("ted", "news")
 
 
-def row(run: Path) -> list[str]:
+def row(run: Path, tag: str = "") -> list[str]:
     history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     valid = [r for r in history if "valid_loss" in r]
     last = valid[-1] if valid else {}
     cells = [run.name, f"{last.get('updates', 0):,}", f"{last.get('valid_loss', float('nan')):.2f}",
              f"{last.get('valid_nll_loss', float('nan')):.2f}", f"{last.get('valid_ppl', float('nan')):.1f}"]
+    cross = last.get("valid_entropy_cross")
+    cells.append("–" if cross is None else f"{cross:.2f}")
     for s in SETS:
-        path = run / f"valid.{s}.json"
+        path = run / f"valid.{s}{'.' + tag if tag else ''}.json"
         if path.exists():
             r = json.loads(path.read_text())
             sb = r["s_bleu"]["score"] if r.get("s_bleu") else float("nan")
@@ -33,12 +37,15 @@ def row(run: Path) -> list[str]:
 
 
 def main(runs: list[str]) -> None:
-    head = ["run", "updates", "valid loss (bits)", "valid NLL (bits)", "valid ppl",
+    tag = ""
+    if runs[:1] == ["--tag"]:
+        tag, runs = runs[1], runs[2:]
+    head = ["run", "updates", "valid loss (bits)", "valid NLL (bits)", "valid ppl", "cross-attn entropy (bits)",
             *(f"{s} s-BLEU / d-BLEU" for s in SETS)]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for run in runs:
-        print("| " + " | ".join(row(Path(run))) + " |")
+        print("| " + " | ".join(row(Path(run), tag)) + " |")
 
 
 if __name__ == "__main__":
