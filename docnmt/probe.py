@@ -198,18 +198,22 @@ def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[in
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     paths = []
+    names = list(dict.fromkeys([*all_results, *(lengths or {})]))
+    color = {name: f"C{i % 10}" for i, name in enumerate(names)}   # one colour per model in every figure
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for ax, (task, label) in zip(axes, [("absolute", "absolute position"), ("relative", "relative position"),
                                         ("word_order", "word order")]):
         for name, res in all_results.items():
             rows = res.get(task, [])
-            ax.plot([r["layer"] for r in rows], [r["accuracy"] for r in rows], "o-", label=name)
+            ax.plot([r["layer"] for r in rows], [r["accuracy"] for r in rows], "o-", color=color[name], label=name)
             if task == "absolute":
-                ax.plot([r["layer"] for r in rows], [r["accuracy_pm3"] for r in rows], "s--", alpha=0.6,
-                        label=f"{name} ±3")
+                ax.plot([r["layer"] for r in rows], [r["accuracy_pm3"] for r in rows], "s--", alpha=0.5,
+                        color=color[name], label=f"{name} ±3")
         ax.set_title(label); ax.set_xlabel("encoder layer"); ax.set_ylabel("accuracy"); ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.legend(fontsize=7)
     fig.tight_layout()
     paths.append(out_dir / "probe_layers.png")
     fig.savefig(paths[-1], dpi=100)
@@ -219,7 +223,7 @@ def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[in
         for name, res in all_results.items():
             if res.get(task):
                 top = res[task][-1]["by_distance"]
-                ax.plot(list(top), list(top.values()), ".-", label=name)
+                ax.plot(list(top), list(top.values()), ".-", color=color[name], label=name)
         ax.set_title(f"{task.replace('_', ' ')} accuracy per distance i − j (top layer)")
         ax.set_xlabel("i − j"); ax.set_ylabel("accuracy"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
         fig.tight_layout()
@@ -229,8 +233,9 @@ def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[in
     if lengths:
         fig, ax = plt.subplots(figsize=(6, 4))
         for name, by_len in lengths.items():
-            ax.plot(list(by_len), list(by_len.values()), "o-", label=name)
+            ax.plot(list(by_len), list(by_len.values()), "o-", color=color[name], label=name)
         ax.set_xscale("log", base=2); ax.set_xlabel("input length (tokens)")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.set_ylabel("absolute-position accuracy (top layer)"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
         fig.tight_layout()
         paths.append(out_dir / "probe_input_length.png")
