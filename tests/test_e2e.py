@@ -94,6 +94,10 @@ def test_presets_and_help(capsys):
     for name in preset_names():           # every preset resolves (parents, strict keys, valid values)
         assert Config.load(name).model.d_model > 0, name
     assert Config.load("p_transformer_nocross_small").model.pos_attn_cross is False
+    ablations = {"noselfsrc": "pos_attn_enc_self", "noselftgt": "pos_attn_dec_self", "norel": "rel_positions"}
+    for name, switch in ablations.items():   # each P-Transformer ablation turns off its own switch only
+        full, abl = vars(Config.load("p_transformer_small").model), vars(Config.load(f"p_transformer_{name}_small").model)
+        assert {k for k in full if full[k] != abl[k]} == {switch}, name
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "--update-freq" in capsys.readouterr().out
