@@ -189,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-detokenize", action="store_true", help="Voita et al.: keep the suite's Moses tokenisation")
     p.add_argument("--langs", nargs=2, metavar=("SRC", "TGT"), help="languages of the suite (detokeniser, ContraPro files)")
     p.add_argument("--scores", help="write per-example candidate scores here (JSONL)")
+    p.add_argument("--against", metavar="SCORES", help="a baseline's --scores file on the same suite: report the "
+                                                       "accuracy difference and its exact McNemar p-value")
     p.add_argument("--json", help="write the accuracy report here (JSON)")
     p.add_argument("--plot", help="write accuracy by antecedent distance (or pronoun) here (PNG)")
     p.add_argument("--batch-tokens", type=int, help="tokens per scoring batch")
@@ -416,9 +418,11 @@ def _comet(args, hyp, ref) -> dict | None:
 
 
 def cmd_score_contrastive(args) -> int:
-    from .contrastive import accuracy_report, format_report, plot_accuracy_by, score_examples, write_scores
+    from .contrastive import (accuracy_report, decisions, format_report, paired_test, plot_accuracy_by,
+                              read_decisions, score_examples, write_scores)
     from .suites import read_suite
     from .translate import Translator
+    baseline = read_decisions(args.against) if args.against else None
     for path in (args.scores, args.json, args.plot):
         if path and Path(path).exists() and not args.force:
             raise DocnmtError(f"{path} exists; pass --force to overwrite it")
@@ -426,11 +430,18 @@ def cmd_score_contrastive(args) -> int:
                           lang=tuple(args.langs) if args.langs else None)
     if not examples:
         raise DocnmtError(f"{args.suite}: no contrastive examples")
+    if baseline is not None and len(baseline) != len(examples):
+        raise DocnmtError(f"--against {args.against}: {len(baseline)} examples, the suite has {len(examples)}")
     translator = Translator.load(args.model, args.checkpoint, args.device)
     scores = score_examples(translator, examples, args.max_context, progress=not args.quiet,
                             max_tokens=args.batch_tokens)
     report = accuracy_report(examples, scores)
     print(format_report(report, Path(args.suite).name))
+    if baseline is not None:
+        t = report["against"] = {"scores": args.against,
+                                 **paired_test(baseline, decisions(scores, [ex.correct for ex in examples])[0].tolist())}
+        print(f"against {args.against}: {100 * t['delta']:+.2f} points ({t['only_b']} examples right only here, "
+              f"{t['only_a']} only there; exact McNemar p = {t['p_value']:.3f})")
     if args.scores:
         write_scores(args.scores, examples, scores)
     if args.json:

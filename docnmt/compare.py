@@ -3,7 +3,8 @@
 A system is a model directory (translated here, the translation cached under ``OUT/hyps``) or a
 translation file (marker or JSONL), optionally named ``NAME=PATH``. For each: s-/d-BLEU and chrF
 (cased), paired bootstrap of s- and d-BLEU against the baseline (the first system unless named),
-TCP and COMET when asked, and the accuracy on each contrastive suite (model directories only).
+TCP and COMET when asked, and the accuracy on each contrastive suite (model directories only)
+with an exact McNemar test against the baseline on the same examples.
 Writes ``compare.md``, ``compare.csv``, ``compare.json`` and the plots ``dbleu_by_length.png`` and
 ``<suite>_by_<key>.png`` (accuracy per antecedent distance, pronoun, ...).
 """
@@ -26,6 +27,7 @@ class System:
     path: Path
     hyp: list[list[str]] | None = None
     metrics: dict = field(default_factory=dict)
+    suite_right: dict = field(default_factory=dict)   # suite -> strict per-example decisions
 
     @property
     def is_model(self) -> bool:
@@ -71,6 +73,7 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
             fmt: str = "auto", suites: list[str] = (), suite_format: str = "auto", suite_options: dict | None = None, tcp_dir: str | None = None,
             comet_model: str | None = None, samples: int = 1000, force: bool = False,
             log: Callable[[str], None] = print, progress: bool = True) -> dict:
+    from .contrastive import paired_test
     from .metrics import bleu_by_length, evaluate_documents, paired_bootstrap, plot_by_length
     from .readers import read_documents, read_sentences, write_marker
     out = Path(out)
@@ -113,6 +116,10 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
                 lvl: paired_bootstrap(base.hyp, sysm.hyp, refs, level=lvl, n_samples=samples)
                 for lvl in ("s", "d") if lvl == "d" or (sysm.metrics.get("s_bleu") is not None
                                                         and base.metrics.get("s_bleu") is not None)}
+            paired = {k: paired_test(base.suite_right[k], right) for k, right in sysm.suite_right.items()
+                      if k in base.suite_right}
+            if paired:
+                sysm.metrics["suites_paired"] = paired
     result = {"src": str(src), "ref": str(ref), "baseline": base.name,
               "systems": {s.name: {"path": str(s.path), **s.metrics} for s in systems}}
     (out / "compare.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
@@ -165,7 +172,7 @@ def _comet(model: str, src_docs, hyp, refs, log) -> dict | None:
 
 
 def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, options: dict, out: Path, progress, log) -> dict:
-    from .contrastive import accuracy_report, format_report, score_examples, write_scores
+    from .contrastive import accuracy_report, decisions, format_report, score_examples, write_scores
     from .suites import read_suite
     from .translate import Translator
     translator = Translator.load(sysm.path)
@@ -178,6 +185,7 @@ def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, options: dict,
         scores = score_examples(translator, loaded[name], progress=progress)
         write_scores(out / "hyps" / f"{sysm.name}.{name}.scores.jsonl", loaded[name], scores)
         res[name] = accuracy_report(loaded[name], scores)
+        sysm.suite_right[name] = decisions(scores, [ex.correct for ex in loaded[name]])[0].tolist()
         log(format_report(res[name], f"{sysm.name} on {name}"))
     return res
 
@@ -190,7 +198,7 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
     header = ["system", "s-BLEU", "d-BLEU", "s-chrF", "d-chrF", "Δs-BLEU (p)", "Δd-BLEU (p)"]
     header += ["TC", "CP", "PT", "TCP"] if has("tcp") else []
     header += ["COMET"] if has("comet") else []
-    header += [f"{s} acc." for s in suites]
+    header += [h for s in suites for h in (f"{s} acc.", f"Δ{s} acc. (p)")]
     rows = []
     for name, s in systems.items():
         num = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
@@ -203,7 +211,11 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
             row += [f"{s['tcp'][k]['score']:.1f}" for k in ("TC", "CP", "PT")] + [f"{s['tcp']['TCP']:.1f}"]
         if has("comet"):
             row.append(f"{s['comet']['score']:.4f}" if s.get("comet") else "-")
-        row += [f"{100 * s['suites'][k]['accuracy']:.2f}" if k in s.get("suites", {}) else "-" for k in suites]
+        for k in suites:
+            row.append(f"{100 * s['suites'][k]['accuracy']:.2f}" if k in s.get("suites", {}) else "-")
+            t = s.get("suites_paired", {}).get(k)
+            row.append(f"{100 * t['delta']:+.2f} ({t['p_value']:.3f})" if t else
+                       ("baseline" if name == result["baseline"] and k in s.get("suites", {}) else "-"))
         rows.append(row)
     return header, rows
 
@@ -214,5 +226,6 @@ def markdown(header: list[str], rows: list[list[str]], result: dict) -> str:
     sig = next(iter(result["systems"].values())).get("signature", "")
     lines += ["", f"Reference: `{result['ref']}`; source: `{result['src']}`. Baseline of the paired bootstrap "
               f"(Δ = system − baseline, one-sided p): **{result['baseline']}**. BLEU: `{sig}`. "
-              "Suite accuracy counts ties as errors."]
+              "Suite accuracy counts ties as errors; Δ acc. is in points against the baseline, "
+              "with the two-sided p of an exact McNemar test on the same examples."]
     return "\n".join(lines) + "\n"

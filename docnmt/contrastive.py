@@ -1,6 +1,7 @@
 """Contrastive evaluation (SPEC §8.4): score every candidate of a test-suite example by the
 model's log-probability of the current target sentence in its context, pick the best, and
-report accuracy with its breakdowns.
+report accuracy with its breakdowns, and compare two systems on the same examples with an exact
+McNemar test (:func:`paired_test`).
 
 Ties count as errors (SPEC C27, ``accuracy``); the lenient count, where a tie with the correct
 candidate counts as right (D2DToolkits' argmax with the reference first), is ``accuracy_lenient``.
@@ -8,12 +9,14 @@ candidate counts as right (D2DToolkits' argmax with the reference first), is ``a
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from .document import Document
+from .errors import DataError
 from .suites import ContrastiveExample
 
 BREAKDOWNS = ("phenomenon", "type", "pronoun", "distance")
@@ -81,6 +84,32 @@ def accuracy_report(examples: Sequence[ContrastiveExample], scores: Sequence[Seq
         report["by"][key] = {v: {"examples": len(ix), "correct": int(strict[ix].sum()),
                                  "accuracy": float(strict[ix].mean())} for v, ix in sorted(groups.items(), key=_order)}
     return report
+
+
+def paired_test(right_a: Sequence[bool], right_b: Sequence[bool]) -> dict:
+    """Exact McNemar test of system B against system A on the same contrastive examples (strict
+    decisions): only the examples where they disagree count, and under "no difference" each is
+    B's with probability 1/2. ``p_value`` is two-sided (the binomial tail doubled, at most 1);
+    ``delta`` is B's accuracy minus A's."""
+    if len(right_a) != len(right_b):
+        raise DataError(f"paired test over different examples: {len(right_a)} against {len(right_b)}")
+    only_a = sum(1 for a, b in zip(right_a, right_b) if a and not b)
+    only_b = sum(1 for a, b in zip(right_a, right_b) if b and not a)
+    n = only_a + only_b
+    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1))
+    return {"delta": (only_b - only_a) / len(right_a) if right_a else 0.0, "only_a": only_a, "only_b": only_b,
+            "p_value": min(1.0, 2 * tail / 2 ** n) if n else 1.0, "examples": len(right_a)}
+
+
+def read_decisions(path: str | Path) -> list[bool]:
+    """The strict per-example decisions of a ``--scores`` file (:func:`write_scores`)."""
+    try:
+        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not a per-example scores file of score-contrastive --scores ({e})") from None
+    if not rows or any(not isinstance(r, dict) or "right" not in r for r in rows):
+        raise DataError(f"{path}: not a per-example scores file of score-contrastive --scores")
+    return [bool(r["right"]) for r in rows]
 
 
 def _order(item):

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from _tiny import SHARED, tiny_config, tiny_data
-from docnmt.contrastive import accuracy_report, decisions, example_documents, score_examples
+from docnmt.contrastive import accuracy_report, decisions, example_documents, paired_test, score_examples
+from docnmt.errors import DataError
 from docnmt.document import Document
 from docnmt.readers import read_documents
 from docnmt.scoring import last_sentence_rows, sentence_logprobs
@@ -138,6 +139,21 @@ def test_ties_count_as_errors_and_the_lenient_count_accepts_them():
     assert rep["by"]["distance"] == {"1": {"examples": 2, "correct": 1, "accuracy": 0.5},
                                      "4": {"examples": 1, "correct": 0, "accuracy": 0.0}}
     assert rep["by"]["pronoun"]["er"]["examples"] == 2
+
+
+def test_paired_test_is_an_exact_mcnemar_test():
+    # 7 examples only B gets right, 1 only A: two-sided binomial tail 2 * (C(8,0) + C(8,1)) / 2^8
+    a = [True] * 3 + [False] * 7 + [True] + [False] * 2
+    b = [True] * 3 + [True] * 7 + [False] + [False] * 2
+    t = paired_test(a, b)
+    assert (t["only_a"], t["only_b"], t["examples"]) == (1, 7, 13)
+    assert t["p_value"] == pytest.approx(18 / 256) and t["delta"] == pytest.approx(6 / 13)
+    assert paired_test([False] * 6, [True] * 6)["p_value"] == pytest.approx(2 / 64)
+    assert paired_test(b, a)["p_value"] == t["p_value"] and paired_test(b, a)["delta"] == -t["delta"]
+    assert paired_test(a, a) == {"delta": 0.0, "only_a": 0, "only_b": 0, "p_value": 1.0, "examples": 13}
+    assert paired_test([True] * 3 + [False] * 2, [False] * 3 + [True] * 2)["p_value"] == 1.0   # capped
+    with pytest.raises(DataError, match="different examples"):
+        paired_test(a, b[:-1])
 
 
 # ---- scoring with tiny models ---------------------------------------------------------------
@@ -278,6 +294,17 @@ def test_score_contrastive_cli_on_bawden(models, run_cli, tmp_path):
     status, _, _ = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
                            "--json", tmp_path / "r.json", "--force")
     assert status == 0 and json.loads((tmp_path / "r.json").read_text()) == rep
+    # paired against a baseline's scores: here the same model's, so nothing differs
+    status, out, _ = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
+                             "--against", tmp_path / "s.jsonl", "--json", tmp_path / "r.json", "--force")
+    assert status == 0 and "exact McNemar p = 1.000" in out
+    t = json.loads((tmp_path / "r.json").read_text())["against"]
+    assert (t["only_a"], t["only_b"], t["delta"], t["examples"]) == (0, 0, 0.0, 200)
+    for bad, msg in [("{\n}", "not a per-example scores file"), ('{"right": true}', "1 examples, the suite has 200")]:
+        (tmp_path / "bad.jsonl").write_text(bad)
+        status, _, err = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
+                                 "--against", tmp_path / "bad.jsonl")
+        assert status == 2 and msg in err and "Traceback" not in err
 
 
 def test_example_documents_align_contexts():
@@ -314,8 +341,12 @@ def test_compare_two_models_and_a_file(models, run_cli, tmp_path):
     boot = res["systems"]["doc2doc"]["bootstrap"]["d"]
     assert boot["n_samples"] == 50 and 0 < boot["p_value"] <= 1
     assert res["systems"]["doc2doc"]["suites"]["anaphora"]["examples"] == 200
+    paired, acc = res["systems"]["doc2doc"]["suites_paired"]["anaphora"], res["systems"]["doc2doc"]["suites"]
+    assert paired["examples"] == 200 and 0 < paired["p_value"] <= 1
+    assert paired["delta"] == pytest.approx(acc["anaphora"]["accuracy"] - res["systems"]["base"]["suites"]["anaphora"]["accuracy"])
+    assert "suites_paired" not in res["systems"]["base"]
     md = (out / "compare.md").read_text()
-    assert md.count("\n| ") == 2 and "anaphora acc." in md and "| base |" in md
+    assert md.count("\n| ") == 2 and "anaphora acc." in md and "| base |" in md and "Δanaphora acc. (p)" in md
     assert (out / "compare.csv").read_text().splitlines()[0].startswith("system,s-BLEU,d-BLEU")
     for png in ("dbleu_by_length.png", "anaphora_by_type.png"):
         assert (out / png).stat().st_size > 1000
