@@ -4,7 +4,8 @@
 
 Reads each model directory's ``metrics.jsonl`` (the last validation) and the ``valid.ted.json`` /
 ``valid.news.json`` written by ``docnmt evaluate --json`` (as ``bench/tier_m*.sh`` do; with
-``--tag T`` the ``valid.ted.T.json`` ones that ``bench/tier_m.sh --max-update N`` writes, T = uN),
+``--tag T`` the ``valid.ted.T.json`` ones that ``bench/tier_m.sh --max-update N`` writes, T = uN,
+and the last validation at or before update N, so a run continued past N still gives its uN row),
 and prints cased s-BLEU and d-BLEU per validation set, and the decoder cross-attention entropy in
 bits where the run measured it (``attention_entropy``).
 """
@@ -20,6 +21,8 @@ SETS = ("ted", "news")
 def row(run: Path, tag: str = "") -> list[str]:
     history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     valid = [r for r in history if "valid_loss" in r]
+    if tag.startswith("u") and tag[1:].isdigit():     # the validation the uN decodes go with
+        valid = [r for r in valid if r.get("updates", 0) <= int(tag[1:])]
     last = valid[-1] if valid else {}
     cells = [run.name, f"{last.get('updates', 0):,}", f"{last.get('valid_loss', float('nan')):.2f}",
              f"{last.get('valid_nll_loss', float('nan')):.2f}", f"{last.get('valid_ppl', float('nan')):.1f}"]
