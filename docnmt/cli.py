@@ -418,8 +418,8 @@ def _comet(args, hyp, ref) -> dict | None:
 
 
 def cmd_score_contrastive(args) -> int:
-    from .contrastive import (accuracy_report, decisions, format_report, paired_test, plot_accuracy_by,
-                              read_decisions, score_examples, write_scores)
+    from .contrastive import (accuracy_report, format_report, paired_test, plot_accuracy_by, read_decisions,
+                              right_answers, score_examples, write_scores)
     from .suites import read_suite
     from .translate import Translator
     baseline = read_decisions(args.against) if args.against else None
@@ -439,7 +439,7 @@ def cmd_score_contrastive(args) -> int:
     print(format_report(report, Path(args.suite).name))
     if baseline is not None:
         t = report["against"] = {"scores": args.against,
-                                 **paired_test(baseline, decisions(scores, [ex.correct for ex in examples])[0].tolist())}
+                                 **paired_test(baseline, right_answers(examples, scores))}
         print(f"against {args.against}: {100 * t['delta']:+.2f} points ({t['only_b']} examples right only here, "
               f"{t['only_a']} only there; exact McNemar p = {t['p_value']:.3f})")
     if args.scores:

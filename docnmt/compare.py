@@ -172,7 +172,7 @@ def _comet(model: str, src_docs, hyp, refs, log) -> dict | None:
 
 
 def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, options: dict, out: Path, progress, log) -> dict:
-    from .contrastive import accuracy_report, decisions, format_report, score_examples, write_scores
+    from .contrastive import accuracy_report, format_report, right_answers, score_examples, write_scores
     from .suites import read_suite
     from .translate import Translator
     translator = Translator.load(sysm.path)
@@ -185,7 +185,7 @@ def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, options: dict,
         scores = score_examples(translator, loaded[name], progress=progress)
         write_scores(out / "hyps" / f"{sysm.name}.{name}.scores.jsonl", loaded[name], scores)
         res[name] = accuracy_report(loaded[name], scores)
-        sysm.suite_right[name] = decisions(scores, [ex.correct for ex in loaded[name]])[0].tolist()
+        sysm.suite_right[name] = right_answers(loaded[name], scores)
         log(format_report(res[name], f"{sysm.name} on {name}"))
     return res
 

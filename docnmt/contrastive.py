@@ -64,6 +64,11 @@ def decisions(scores: Sequence[Sequence[float]], correct: Sequence[int]) -> tupl
     return np.asarray(strict, dtype=bool), np.asarray(lenient, dtype=bool)
 
 
+def right_answers(examples: Sequence[ContrastiveExample], scores: Sequence[Sequence[float]]) -> list[bool]:
+    """The strict decision of every example: whether its correct candidate scored highest."""
+    return decisions(scores, [ex.correct for ex in examples])[0].tolist()
+
+
 def accuracy_report(examples: Sequence[ContrastiveExample], scores: Sequence[Sequence[float]]) -> dict:
     """Accuracy (strict), lenient accuracy, ties, and the accuracy per value of every breakdown
     key present in the examples' ``meta`` (phenomenon, type, pronoun, antecedent distance)."""
@@ -129,9 +134,8 @@ def format_report(report: dict, title: str = "") -> str:
 
 def write_scores(path: str | Path, examples: Sequence[ContrastiveExample], scores: Sequence[Sequence[float]]) -> None:
     """One JSON line per example: candidate scores, the correct index and the decision."""
-    strict, _ = decisions(scores, [ex.correct for ex in examples])
     with open(path, "w", encoding="utf-8") as f:
-        for ex, s, ok in zip(examples, scores, strict):
+        for ex, s, ok in zip(examples, scores, right_answers(examples, scores)):
             f.write(json.dumps({"scores": s, "correct": ex.correct, "right": bool(ok), **ex.meta},
                                ensure_ascii=False) + "\n")
 
