@@ -13,6 +13,9 @@
 # Then BLEU of DocFlat_C on valid ted against the decoding batch size (1, 4, 16, 32), table and
 # plot ($R/docflat_small/bleu_by_batch_size.png; dashed: the DOC2DOC baseline at 16).
 # Budget (environment): T=1000 updates. Re-running resumes unfinished runs, skips finished decodes.
+# A longer stage II need not start over: FROM=DIR (a finished R) starts each new run from a copy of
+# DIR/<system>'s checkpoints and continues it to T, e.g.
+#   T=2000 FROM=runs/tierm/from_sent2sent R=runs/tierm/from_sent2sent_2000 bash bench/tier_m_docflat.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${T:-1000}; SENT=${SENT:-runs/tierm/sent2sent}
@@ -31,6 +34,10 @@ decode() {   # system, valid set, decoding batch size, output
   docnmt evaluate --hyp "$4" --ref ../shared/data/ende/valid/$2.de --json "${4%.de}.json" >/dev/null
 }
 for name in $SYSTEMS; do
+  if [ -n "${FROM:-}" ] && [ ! -e $R/$name ]; then   # continue FROM's run: its checkpoints and logs, no outputs
+    mkdir -p $R/$name
+    cp -r "$FROM/$name"/{checkpoints,config.yaml,vocab.json,spm.model,model.safetensors,metrics.jsonl,train.log} $R/$name/
+  fi
   docnmt train "$DATA" --no-progress --arch $name --init-from "$SENT" --save-dir $R/$name \
          --max-update "$T" --save-interval-updates 100
   [ -f $R/$name/averaged.safetensors ] || docnmt average $R/$name --last 5

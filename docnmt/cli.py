@@ -364,9 +364,10 @@ def cmd_evaluate(args) -> int:
         result["bootstrap"] = {lvl: paired_bootstrap(hyp, other, ref, level=lvl, n_samples=args.bootstrap_samples)
                                for lvl in ("s", "d") if lvl == "d" or result["s_bleu"]}
         for lvl, b in result["bootstrap"].items():
-            print(f"paired bootstrap ({lvl}-BLEU, {b['n_samples']} samples): {Path(args.hyp).name} {b['a']:.2f} vs "
-                  f"{Path(args.compare).name} {b['b']:.2f}, delta {b['delta']:+.2f}, p = {b['p_value']:.4f}, "
-                  f"95% CI [{b['ci95_b_minus_a'][0]:+.2f}, {b['ci95_b_minus_a'][1]:+.2f}]")
+            # the paths as given: two systems' outputs often share a file name in different run directories
+            print(f"paired bootstrap ({lvl}-BLEU, {b['n_samples']} samples): --hyp {args.hyp} {b['a']:.2f}, "
+                  f"--compare {args.compare} {b['b']:.2f}; compare - hyp = {b['delta']:+.2f}, "
+                  f"p = {b['p_value']:.4f}, 95% CI [{b['ci95_b_minus_a'][0]:+.2f}, {b['ci95_b_minus_a'][1]:+.2f}]")
     if args.by_length:
         result["by_length"] = _by_length(args, hyp, ref)
     if args.tcp:

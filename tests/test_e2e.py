@@ -76,6 +76,8 @@ def test_compare_two_systems_with_bootstrap(run, capsys):
                  "--bootstrap-samples", "50"]) == 0
     out = capsys.readouterr().out
     assert "paired bootstrap" in out and "p =" in out
+    # both systems named by the paths given, and the sign says which is better (the source scores below the reference)
+    assert f"--hyp {ref} 100.00" in out and f"--compare {prefix}.en" in out and "compare - hyp = -" in out
 
 
 def test_python_api(run):
