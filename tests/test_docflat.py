@@ -1,5 +1,6 @@
 """DocFlat (SPEC §5, §13 item 9): flat-batch attention, context gate, pseudo-documents, ordered
 batches, rank-aligned decoder FBA and two-pass decoding."""
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -388,6 +389,28 @@ def test_fine_tune_from_a_sentence_model_and_translate_in_two_passes(tmp_path, m
     (tmp_path / "short.de").write_text("one line\n", encoding="utf-8")
     with pytest.raises(DataError, match="1 lines, the input 6 sentences"):
         tr.translate(docs, replace(search, first_pass=str(tmp_path / "short.de")))
+
+
+@pytestmark_data
+@pytest.mark.parametrize("gate", ["continuous", "discrete"])
+def test_bf16_autocast_training_moves_the_gate(tmp_path, gate):
+    """DocFlat trains under bf16 autocast (the CUDA default; here CPU autocast runs the same code):
+    finite losses, and the gate ψ of both FBA blocks is updated, through the straight-through
+    estimator for the discrete gate."""
+    data = tiny_data(tmp_path)
+    cfg = tiny_config("pseudodoc", max_update=4, precision="bf16", log_interval=1).override(
+        {"model.method": "docflat", "model.flat_gate": gate, "data.separator": "global_index",
+         "data.batch_order": "ordered", "data.context": 2})
+    trainer = Trainer(cfg, data, tmp_path / "df", progress_bar=False)
+    assert trainer.amp_dtype == torch.bfloat16
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if ".gate." in n}
+    assert len(before) == 4                                     # weight and bias, encoder and decoder FBA
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    assert all(not torch.equal(before[n], after[n].detach()) for n in before)
+    losses = [json.loads(ln)["loss"] for ln in (tmp_path / "df" / "metrics.jsonl").read_text().splitlines()
+              if "loss" in json.loads(ln)]
+    assert losses and all(np.isfinite(losses))
 
 
 def test_docflat_needs_pseudodocs_in_ordered_batches():
