@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Worked example of docs/discourse.md: a Sent2Sent model on ../shared/data/enfr/train (news +
 # DiaBLa, ~21K pairs) and document models fine-tuned from it the same way (DOC_ARCHS: Doc2Doc,
-# and DocFlat's DOC2DOC baseline and DocFlat_C, docs/docflat.md), scored on the Bawden et al. and
+# and DocFlat's DOC2DOC baseline, DocFlat_C and DocFlat_D, docs/docflat.md), scored on the Bawden et al. and
 # SCAT suites. Re-running resumes; STEPS_SENT / STEPS_DOC set the update budgets, R the output
 # directory (runs/enfr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=../shared/data/enfr
 SENT=${STEPS_SENT:-800}; DOC=${STEPS_DOC:-400}; R=${R:-runs/enfr}
-DOC_ARCHS=${DOC_ARCHS:-"doc2doc_small pseudodoc_small docflat_small"}
+DOC_ARCHS=${DOC_ARCHS:-"doc2doc_small pseudodoc_small docflat_small docflat_d_small"}
 [ -f $R/data/vocab.json ] || docnmt prepare -s en -t fr --trainpref $S/train/news $S/train/diabla \
   --destdir $R/data --vocab-size 8000
 docnmt train $R/data --arch sent2sent_small --save-dir $R/sent2sent --max-update $SENT \
