@@ -73,3 +73,9 @@ def translate_checked(model_dir: Path, raw: Path, n_sents: int, **search):
     assert [d.tgt for d in single] == [d.tgt for d in out]
     assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
     return tr, docs, out, report
+
+
+def history(save_dir) -> list[dict]:
+    """The rows of a run's ``metrics.jsonl`` (training and validation records)."""
+    import json
+    return [json.loads(line) for line in (Path(save_dir) / "metrics.jsonl").read_text().splitlines()]

@@ -1,13 +1,12 @@
 """DocFlat (SPEC §5, §13 item 9): flat-batch attention, context gate, pseudo-documents, ordered
 batches, rank-aligned decoder FBA and two-pass decoding."""
-import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from _tiny import SHARED, tiny_config, tiny_data
+from _tiny import SHARED, history, tiny_config, tiny_data
 from docnmt import docflat
 from docnmt import translate as translate_module
 from docnmt.data import Corpus, GlobalIndexJoiner, InstanceSet, ModeConfig, build_instances, token_batches
@@ -408,8 +407,7 @@ def test_bf16_autocast_training_moves_the_gate(tmp_path, gate):
     trainer.train()
     after = dict(trainer.model.named_parameters())
     assert all(not torch.equal(before[n], after[n].detach()) for n in before)
-    losses = [json.loads(ln)["loss"] for ln in (tmp_path / "df" / "metrics.jsonl").read_text().splitlines()
-              if "loss" in json.loads(ln)]
+    losses = [row["loss"] for row in history(tmp_path / "df") if "loss" in row]
     assert losses and all(np.isfinite(losses))
 
 

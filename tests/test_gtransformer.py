@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from _tiny import SHARED, assert_incremental_equals_full, tiny_config, tiny_data
+from _tiny import SHARED, assert_incremental_equals_full, history, tiny_config, tiny_data
 
 from docnmt.errors import ConfigError
 from docnmt.gtransformer import CombinedAttentionSublayer, FrameConstraint, GroupAttentionPolicy, build, group_tags
@@ -284,8 +284,7 @@ def test_train_and_translate_documents(tmp_path):
         "model.method": "gtransformer", "data.separator": "group", "model.combined_enc_self": 1,
         "model.combined_dec_self": 1, "model.combined_cross": 1, "data.max_instance_tokens": 160})
     Trainer(cfg, data, tmp_path / "m", progress_bar=False).train()
-    import json
-    valid = [json.loads(ln) for ln in (tmp_path / "m/metrics.jsonl").read_text().splitlines() if "valid_loss" in ln]
+    valid = [row for row in history(tmp_path / "m") if "valid_loss" in row]
     kinds = {k[len("valid_entropy_"):] for k in valid[-1] if k.startswith("valid_entropy_")}
     assert kinds == {"enc_self", "enc_self_global", "dec_self", "dec_self_global", "cross", "cross_global"}
     assert valid[-1]["valid_entropy_cross"] < valid[-1]["valid_entropy_cross_global"]   # groups: fewer keys

@@ -1,5 +1,4 @@
 """Training: loss falls, exact resumption, atomic checkpoints, averaging, DDP (gloo), safety."""
-import json
 import os
 import subprocess
 import sys
@@ -9,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from _tiny import SHARED, tiny_config, tiny_data
+from _tiny import SHARED, history, tiny_config, tiny_data
 from docnmt.checkpoint import atomic_write, average_checkpoints, last_checkpoint, list_checkpoints, load_state
 from docnmt.errors import ConfigError, DocnmtError
 from docnmt.train import Trainer, inverse_sqrt, label_smoothed_loss
@@ -20,10 +19,6 @@ pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/dat
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     return tiny_data(tmp_path_factory.mktemp("train"))
-
-
-def history(save_dir):
-    return [json.loads(line) for line in (Path(save_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_inverse_sqrt_schedule():
