@@ -1,6 +1,7 @@
 """Tiny real-data runs shared by the search, training and end-to-end tests (Tier S)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from docnmt.config import Config
@@ -77,5 +78,4 @@ def translate_checked(model_dir: Path, raw: Path, n_sents: int, **search):
 
 def history(save_dir) -> list[dict]:
     """The rows of a run's ``metrics.jsonl`` (training and validation records)."""
-    import json
     return [json.loads(line) for line in (Path(save_dir) / "metrics.jsonl").read_text().splitlines()]
