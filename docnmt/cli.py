@@ -245,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--valid", required=True, help="documents to select the probes on")
     p.add_argument("--test", required=True, help="documents to score the probes on")
     p.add_argument("--format", default="auto", help="input format (as for translate)")
-    p.add_argument("--out", default="probe", help="directory for probe.json and the PNG plots")
+    p.add_argument("--out", default="probe", help="directory for probe.json, probe.md and the PNG plots")
+    p.add_argument("--force", action="store_true", help="overwrite the results of an earlier probe in --out")
     p.add_argument("--lengths", nargs="*", type=int, default=[],
                    help="also absolute-position accuracy of the top layer on inputs of at most these tokens")
     p.add_argument("--max-examples", type=int, default=20000, help="tokens or pairs per split and task")
@@ -328,8 +329,7 @@ def cmd_translate(args) -> int:
     cfg = translator.cfg.override(overrides) if overrides else translator.cfg
     translator.cfg = cfg
     inputs = args.input or ["-"]
-    if args.output and Path(args.output).exists() and not args.force:
-        raise DocnmtError(f"{args.output} exists; pass --force to overwrite it")
+    refuse_overwrite(args.output, args.force)
     docs = read_inputs(inputs, args.format)
     out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs))
     target = args.output or sys.stdout
@@ -342,8 +342,17 @@ def cmd_translate(args) -> int:
     return 0
 
 
+def refuse_overwrite(paths, force: bool) -> None:
+    """A clear error before any work if an output file (or one of several; None: not asked
+    for) exists and ``--force`` was not given."""
+    for path in paths if isinstance(paths, (tuple, list)) else [paths]:
+        if path and Path(path).exists() and not force:
+            raise DocnmtError(f"{path} exists; pass --force to overwrite it")
+
+
 def cmd_probe(args) -> int:
-    from .probe import ProbeSettings, run
+    from .probe import OUTPUTS, ProbeSettings, run
+    refuse_overwrite([Path(args.out) / f for f in OUTPUTS], args.force)
     from .readers import read_documents
     splits = {name: read_documents(getattr(args, name), fmt=args.format) for name in ("train", "valid", "test")}
     settings = ProbeSettings(batch_size=args.batch_size, max_epochs=args.max_epochs, max_examples=args.max_examples)
@@ -424,9 +433,7 @@ def cmd_score_contrastive(args) -> int:
     from .suites import read_suite
     from .translate import Translator
     baseline = read_decisions(args.against) if args.against else None
-    for path in (args.scores, args.json, args.plot):
-        if path and Path(path).exists() and not args.force:
-            raise DocnmtError(f"{path} exists; pass --force to overwrite it")
+    refuse_overwrite((args.scores, args.json, args.plot), args.force)
     examples = read_suite(args.suite, args.format, split=args.split, detokenize=not args.no_detokenize,
                           lang=tuple(args.langs) if args.langs else None)
     if not examples:
@@ -474,8 +481,7 @@ def cmd_fba_map(args) -> int:
     from .docflat import plot_attention_map, sentence_attention_map
     from .readers import read_documents
     from .translate import Translator
-    if Path(args.output).exists() and not args.force:
-        raise DocnmtError(f"{args.output} exists; pass --force to overwrite it")
+    refuse_overwrite(args.output, args.force)
     docs = read_documents(args.src, fmt=args.format)
     if not 1 <= args.doc <= len(docs):
         raise DocnmtError(f"--doc {args.doc}: the input has {len(docs)} documents")
@@ -508,8 +514,7 @@ def cmd_average(args) -> int:
     if not ckpts:
         raise DocnmtError(f"{args.model}: no checkpoints to average")
     out = Path(args.output or Path(args.model) / "averaged.safetensors")
-    if out.exists() and not args.force:
-        raise DocnmtError(f"{out} exists; pass --force to overwrite it")
+    refuse_overwrite(out, args.force)
     average_checkpoints(ckpts, out)
     print(f"averaged {len(ckpts)} checkpoints ({', '.join(c.name for c in ckpts)}) into {out}", file=sys.stderr)
     return 0

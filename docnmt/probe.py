@@ -24,12 +24,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .data import Corpus, InstanceSet, build_instances
+from .data import Corpus, InstanceSet, build_instances, model_inputs
 from .document import Document
 from .translate import Translator
 
 ABS_CLASSES = 512
 REL_RANGE = 20
+OUTPUTS = ("probe.json", "probe.md", "probe_layers.png", "probe_relative_distance.png",   # what run() writes
+           "probe_word_order_distance.png", "probe_input_length.png")
 
 
 @dataclass
@@ -73,12 +75,13 @@ def encoder_states(tr: Translator, docs: list[Document], max_tokens: int | None 
             while end < len(order) and (end - start + 1) * iset.src_lens[order[end]] <= batch_tokens:
                 end += 1
             idx = order[start:end]
-            src = iset.collate(idx)["src"].to(tr.device)
+            batch = iset.collate(idx)
+            src = batch["src"].to(tr.device)
             captured.clear()
-            tr.model.encode(src)
+            tr.model.encode(src, **{k: v.to(tr.device) for k, v in model_inputs(batch).items()})
             real = src.ne(tr.vocab.pad)
-            for l, out in enumerate(captured):
-                layers[l].append(out[real].float().cpu())
+            for l, out in enumerate(captured):      # positions a method prepends (DocFlat's MBE) are not probed
+                layers[l].append(out[:, out.size(1) - src.size(1):][real].float().cpu())
             pos = torch.arange(src.size(1), device=src.device).expand_as(src)
             positions.append(pos[real].cpu())
             seq = torch.as_tensor(idx, device=src.device)[:, None].expand_as(src)
@@ -244,9 +247,26 @@ def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[in
     return paths
 
 
+def table(results: dict[str, dict], by_length: dict[str, dict[int, float]] | None = None) -> str:
+    """A Markdown table: per model, each task's test accuracy on encoder layers 1, 2, … (the
+    absolute task with its ±3 accuracy in brackets), and the input-length study if run."""
+    cell = {"absolute": lambda r: f"{r['accuracy']:.3f} ({r['accuracy_pm3']:.3f})",
+            "relative": lambda r: f"{r['accuracy']:.3f}", "word_order": lambda r: f"{r['accuracy']:.3f}"}
+    lines = ["| model | absolute (±3), layer 1 / 2 / … | relative | word order |", "|---|---|---|---|"]
+    for name, res in results.items():
+        lines.append(f"| {name} | " + " | ".join(" / ".join(cell[t](r) for r in res.get(t, [])) for t in cell) + " |")
+    if by_length:
+        ns = sorted({n for v in by_length.values() for n in v})
+        lines += ["", "| model | " + " | ".join(f"≤{n} tokens" for n in ns) + " |", "|---|" + "---|" * len(ns)]
+        lines += [f"| {name} | " + " | ".join(f"{v[n]:.3f}" if n in v else "–" for n in ns) + " |"
+                  for name, v in by_length.items()]
+    return "\n".join(lines) + "\n"
+
+
 def run(models: list[str], splits: dict[str, list[Document]], out_dir: Path, s: ProbeSettings,
         input_lengths: list[int] = (), log=print) -> dict:
-    """``docnmt probe``: every model, every task and layer; tables, JSON and plots in ``out_dir``."""
+    """``docnmt probe``: every model, every task and layer; a table (printed and ``probe.md``), JSON
+    and plots in ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results, by_length = {}, {}
     for path in models:
@@ -260,6 +280,9 @@ def run(models: list[str], splits: dict[str, list[Document]], out_dir: Path, s: 
             by_length.setdefault(name, {})[n] = r["absolute"][0]["accuracy"]
             log(f"  absolute, top layer, inputs of <= {n} tokens: {by_length[name][n]:.3f}")
     (out_dir / "probe.json").write_text(json.dumps({"results": results, "by_input_length": by_length}, indent=1))
+    (out_dir / "probe.md").write_text(table(results, by_length))
+    log("\ntest accuracy per encoder layer" + (" and top-layer absolute accuracy per input length" if by_length else "")
+        + f" (also in {out_dir / 'probe.md'}):\n" + table(results, by_length))
     for p in plot(results, out_dir, by_length or None):
         log(f"wrote {p}")
     return {"results": results, "by_input_length": by_length}

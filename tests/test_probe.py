@@ -6,10 +6,13 @@ import pytest
 import torch
 
 from _tiny import SHARED, tiny_config, tiny_data
-from docnmt.probe import REL_RANGE, States, sample_pairs, task_data
+from docnmt.probe import REL_RANGE, States, encoder_states, sample_pairs, table, task_data
+from docnmt.readers import read_documents
 from docnmt.train import Trainer
+from docnmt.translate import Translator, build_model
+from docnmt.vocab import Vocab
 
-pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
+needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
 
 
 def toy_states():
@@ -52,6 +55,50 @@ def test_every_layer_is_probed_on_the_same_subsample():
     assert torch.equal(first[1], second[1]) and torch.equal(first[2], second[2])
 
 
+def test_table_lists_every_layer_of_every_model():
+    res = {"absolute": [{"accuracy": 0.5, "accuracy_pm3": 0.9}, {"accuracy": 0.25, "accuracy_pm3": 0.75}],
+           "relative": [{"accuracy": 0.1}, {"accuracy": 0.2}], "word_order": [{"accuracy": 0.6}, {"accuracy": 0.7}]}
+    text = table({"a": res}, {"a": {64: 0.5, 128: 0.4}})
+    assert "| a | 0.500 (0.900) / 0.250 (0.750) | 0.100 / 0.200 | 0.600 / 0.700 |" in text
+    assert "| a | 0.500 | 0.400 |" in text and "≤128 tokens" in text
+
+
+# models of every method whose inputs or encoder shapes differ from the vanilla Transformer's
+METHODS = {
+    "ptransformer": ("doc2doc", {"model.method": "ptransformer", "model.rel_max_distance": 8}),
+    "gtransformer": ("doc2doc", {"model.method": "gtransformer", "data.separator": "group",
+                                 "model.combined_enc_self": 1, "model.combined_dec_self": 1, "model.combined_cross": 1}),
+    "context": ("sent2sent", {"model.method": "context_transformer", "data.context_input": 2}),
+    "docflat": ("pseudodoc", {"model.method": "docflat", "data.separator": "global_index",
+                              "data.batch_order": "ordered", "data.context": 2}),
+    "mbe": ("pseudodoc", {"model.method": "docflat", "model.flat_block": "mbe", "data.separator": "global_index", "data.batch_order": "ordered",
+                          "data.context": 2}),
+}
+
+
+@needs_shared
+@pytest.mark.parametrize("method", list(METHODS))
+def test_encoder_states_of_every_method(method, tmp_path):
+    """The probe reads every encoder layer of any method's model, with the model's own extra
+    inputs (the context encoder's previous sentences) and without positions a method prepends
+    (MBE's batch-mean embedding): one state per real source token and layer."""
+    data = tiny_data(tmp_path)
+    mode, over = METHODS[method]
+    cfg, vocab = tiny_config(mode).override(over), Vocab.load(data)
+    torch.manual_seed(0)
+    tr = Translator(build_model(cfg, vocab), vocab, cfg)
+    docs = read_documents(str(tmp_path / "raw" / "ted.en"))[:2]
+    st = encoder_states(tr, docs)
+    assert len(st.layers) == len(tr.model.encoder.layers) == cfg.model.encoder_layers
+    assert all(h.shape == (len(st.position), cfg.model.d_model) for h in st.layers)
+    assert len(st.position) == sum(st.lengths)
+    for s in st.sequence.unique():                   # each input's real tokens at positions 0, 1, …
+        pos = st.position[st.sequence == s]
+        assert torch.equal(pos.sort().values, torch.arange(len(pos)))
+    assert not torch.allclose(st.layers[0], st.layers[-1])
+
+
+@needs_shared
 def test_probe_cli_on_real_documents(tmp_path, run_cli):
     data = tiny_data(tmp_path)
     Trainer(tiny_config("doc2doc", max_update=4), data, tmp_path / "m", progress_bar=False).train()
@@ -68,3 +115,7 @@ def test_probe_cli_on_real_documents(tmp_path, run_cli):
     for png in ("probe_layers.png", "probe_relative_distance.png", "probe_word_order_distance.png",
                 "probe_input_length.png"):
         assert (tmp_path / "probe" / png).stat().st_size > 0
+    assert "| m | " in (tmp_path / "probe" / "probe.md").read_text() and "| m | " in out
+    status, _, err = run_cli("probe", tmp_path / "m", "--train", raw, "--valid", raw, "--test", raw,
+                             "--out", tmp_path / "probe")
+    assert status != 0 and "exists; pass --force" in err              # an earlier probe is never overwritten
