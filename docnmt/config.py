@@ -144,7 +144,9 @@ _AT_LEAST_1 = (lambda v: v >= 1, "at least 1")
 _PROBABILITY = (lambda v: 0 <= v < 1, "in [0, 1)")
 # values outside these ranges are ConfigErrors (instead of a crash or a silently empty result)
 LIMITS = {
-    "model": {"dropout": _PROBABILITY, "attention_dropout": _PROBABILITY, "activation_dropout": _PROBABILITY},
+    "model": {"dropout": _PROBABILITY, "attention_dropout": _PROBABILITY, "activation_dropout": _PROBABILITY,
+              "d_model": _AT_LEAST_1, "heads": _AT_LEAST_1, "ffn_dim": _AT_LEAST_1, "max_positions": _AT_LEAST_1,
+              "rel_max_distance": _AT_LEAST_1},
     "data": {"context": _AT_LEAST_0, "min_train_doc_sents": _AT_LEAST_0, "max_train_sent_tokens": _AT_LEAST_0},
     "train": {"max_tokens": _AT_LEAST_1, "update_freq": _AT_LEAST_1, "lr": (lambda v: v > 0, "above 0"),
               "label_smoothing": _PROBABILITY, "word_dropout": _PROBABILITY, "keep_last": _AT_LEAST_1,

@@ -23,6 +23,12 @@ for the encoder, one for the decoder) or ``layer`` (one per self-attention layer
 first layer's queries and keys twice (the embedding already contains it), as the paper's
 formulation implies.
 
+Data format (SPEC C5): the decoder input starts with ``<sos>`` (BOS) and the separators are
+``<sep1>`` … ``<sep512>`` (Doc2Sent context numbered from 1; ``data.separator: uniform`` for the
+one-``<sep>`` ablation), but the source is ``x¹ <sep1> … xᴺ </s>`` without SPEC §2.4's leading
+``<sos>``: every docnmt Doc2Doc model shares that source format, so comparisons stay like for
+like, and source positions start one token earlier.
+
 Ablations (the paper's Table V): ``pos_attn_cross`` / ``pos_attn_enc_self`` /
 ``pos_attn_dec_self`` switch P off in one kind of attention, ``rel_positions`` the relative term.
 """

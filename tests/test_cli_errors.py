@@ -195,6 +195,7 @@ def test_numbers_in_float_notation_are_accepted_for_integers():
     ("train.update_freq", 0, "train.update_freq must be at least 1"),
     ("model.dropout", 1.5, "model.dropout must be in [0, 1)"),
     ("decode.beam", 0, "decode.beam must be at least 1"),
+    ("model.rel_max_distance", -4, "model.rel_max_distance must be at least 1"),
     ("decode.nbest", 0, "decode.nbest must be at least 1"),
     ("decode.lenpen_style", "foo", "fairseq or gnmt"),
     ("decode.nbest", 9, "cannot exceed decode.beam"),

@@ -100,6 +100,8 @@ def test_presets_and_help(capsys):
     for name, switch in ablations.items():   # each P-Transformer ablation turns off its own switch only
         full, abl = vars(Config.load("p_transformer_small").model), vars(Config.load(f"p_transformer_{name}_small").model)
         assert {k for k in full if full[k] != abl[k]} == {switch}, name
+    full, uni = Config.load("p_transformer_small"), Config.load("p_transformer_uniformsep_small")
+    assert vars(full.model) == vars(uni.model) and (full.data.separator, uni.data.separator) == ("index", "uniform")
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "--update-freq" in capsys.readouterr().out

@@ -80,10 +80,34 @@ def test_positions_reach_queries_and_keys_but_not_values():
     torch.testing.assert_close(mha(x, x, spec), want, rtol=1e-5, atol=1e-5)
 
 
-def test_incremental_decoding_equals_full_forward():
-    """§13 item 3: both position terms at the right positions while decoding step by step."""
+def test_cross_attention_adds_target_positions_to_queries_and_source_positions_to_keys():
+    """Eq. 7 for cross-attention, against a hand computation: queries from y + P_t at the
+    decoder's own positions (here target tokens 2-4 of an incremental step), keys from
+    memory + P_s, values from memory alone."""
     torch.manual_seed(0)
-    assert_incremental_equals_full(build(CFG).eval(), *random_pair())
+    mha = MultiheadAttention(CFG.d_model, CFG.heads, name="dec.0.cross").eval()
+    y, mem = torch.randn(2, 3, CFG.d_model), torch.randn(2, 5, CFG.d_model)
+    src, pad = torch.ones(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.bool)
+    spec = PositionAwarePolicy(CFG).decoder_specs(torch.ones(2, 4, dtype=torch.long), src, pad, 1, True)["cross"]
+    P = sinusoidal_table(5, CFG.d_model)
+    W, b = mha.in_proj.weight.chunk(3), mha.in_proj.bias.chunk(3)
+    split = lambda t: t.view(2, -1, 4, 8).transpose(1, 2)  # noqa: E731
+    q, k, v = (split(F.linear(y + P[1:4], W[0], b[0])), split(F.linear(mem + P, W[1], b[1])),
+               split(F.linear(mem, W[2], b[2])))
+    want = mha.out_proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 3, -1))
+    torch.testing.assert_close(mha(y, mem, spec), want, rtol=1e-5, atol=1e-5)
+
+
+ABLATIONS = [{}, {"pos_attn_cross": False}, {"pos_attn_enc_self": False}, {"pos_attn_dec_self": False},
+             {"rel_positions": False}, {"rel_sharing": "side"}, {"rel_sharing": "layer"}]
+
+
+@pytest.mark.parametrize("over", ABLATIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "full")
+def test_incremental_decoding_equals_full_forward(over):
+    """§13 item 3: both position terms at the right positions while decoding step by step, for
+    the full model, every ablation and every table sharing."""
+    torch.manual_seed(0)
+    assert_incremental_equals_full(build(cfg_with(**over)).eval(), *random_pair())
 
 
 def test_ablation_switches():
