@@ -585,6 +585,9 @@ class MultiheadAttention(nn.Module):
         reuse = cache is not None and static_kv and self.name in cache
         if kv is x and spec.q_add is None and spec.k_add is None:
             q, k, v = self._split(self.project(x, slice(0, 3))).chunk(3, dim=1)
+        elif kv is x and spec.q_add is spec.k_add:     # the same position term (P-Transformer): one Q/K matmul
+            q, k = self._split(self.project(x + spec.q_add, slice(0, 2))).chunk(2, dim=1)
+            v = self._split(self.project(x, slice(2, 3)))
         else:
             q = self._split(self.project(x if spec.q_add is None else x + spec.q_add, slice(0, 1)))
             if reuse:
