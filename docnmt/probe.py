@@ -280,9 +280,10 @@ def run(models: list[str], splits: dict[str, list[Document]], out_dir: Path, s: 
             by_length.setdefault(name, {})[n] = r["absolute"][0]["accuracy"]
             log(f"  absolute, top layer, inputs of <= {n} tokens: {by_length[name][n]:.3f}")
     (out_dir / "probe.json").write_text(json.dumps({"results": results, "by_input_length": by_length}, indent=1))
-    (out_dir / "probe.md").write_text(table(results, by_length))
+    text = table(results, by_length)
+    (out_dir / "probe.md").write_text(text)
     log("\ntest accuracy per encoder layer" + (" and top-layer absolute accuracy per input length" if by_length else "")
-        + f" (also in {out_dir / 'probe.md'}):\n" + table(results, by_length))
+        + f" (also in {out_dir / 'probe.md'}):\n" + text)
     for p in plot(results, out_dir, by_length or None):
         log(f"wrote {p}")
     return {"results": results, "by_input_length": by_length}
