@@ -17,7 +17,7 @@ uniformly within ±K (j ≠ i) inside its sequence, from an RNG seeded per run.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +50,6 @@ class States:
     layers: list[Tensor]          # each (N, d)
     position: Tensor              # (N,) position within its input
     sequence: Tensor              # (N,) index of its input
-    lengths: list[int] = field(default_factory=list)
     pairs: tuple[Tensor, Tensor] | None = None   # the (i, j) rows of the pair tasks, drawn once
 
 
@@ -67,7 +66,7 @@ def encoder_states(tr: Translator, docs: list[Document], max_tokens: int | None 
     captured: list[Tensor] = []
     hooks = [layer.register_forward_hook(lambda m, i, o: captured.append(o)) for layer in tr.model.encoder.layers]
     layers: list[list[Tensor]] = [[] for _ in hooks]
-    positions, sequences, lengths = [], [], []
+    positions, sequences = [], []
     start = 0
     try:
         while start < len(order):
@@ -86,12 +85,11 @@ def encoder_states(tr: Translator, docs: list[Document], max_tokens: int | None 
             positions.append(pos[real].cpu())
             seq = torch.as_tensor(idx, device=src.device)[:, None].expand_as(src)
             sequences.append(seq[real].cpu())
-            lengths.extend(int(n) for n in real.sum(1))
             start = end
     finally:
         for h in hooks:
             h.remove()
-    return States([torch.cat(x) for x in layers], torch.cat(positions), torch.cat(sequences), lengths)
+    return States([torch.cat(x) for x in layers], torch.cat(positions), torch.cat(sequences))
 
 
 def sample_pairs(states: States, rng: np.random.Generator, k: int = REL_RANGE) -> tuple[Tensor, Tensor]:
