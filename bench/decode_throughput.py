@@ -59,6 +59,8 @@ def main():
     ap.add_argument("--check-docs", type=int, default=1, help="talks re-translated unbatched")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", default="fp32", help="fp32 | bf16 (autocast)")
+    ap.add_argument("--tag", default="", help="appended to the results file name (keeps an earlier "
+                    "measurement of the same methods, e.g. --tag u4000)")
     a = ap.parse_args()
     common.set_threads(a.threads)
     results = [measure(m, a) for m in a.model]
@@ -69,7 +71,7 @@ def main():
         print(f"{r['model']} vs {ref['model']}: {r['seconds_vs_first']:.2f}x the time, "
               f"{r['tokens_per_s_vs_first']:.2f}x the tokens/s")
     name = "_".join(f"{r['method']}-{r['mode']}" if r["method"] != "transformer" else r["mode"] for r in results)
-    common.save(f"decode_{name}_b{a.batch_size}_{a.precision}", results if len(results) > 1 else ref)
+    common.save(f"decode_{name}_b{a.batch_size}_{a.precision}" + (f"_{a.tag}" if a.tag else ""), results if len(results) > 1 else ref)
     return 0 if all(r["batched_equals_unbatched"] is not False for r in results) else 1
 
 
