@@ -4,6 +4,7 @@
     python bench/decode_throughput.py --model runs/doc2doc --batch-size 8
     python bench/decode_throughput.py --model runs/sent2sent runs/ctx --lenpen 1.0   # cost vs the first
     python bench/decode_throughput.py --model runs/pseudodoc runs/docflat --batch-size 16   # two passes each
+    python bench/decode_throughput.py --model runs/doc2doc runs/pt --batch-size 8 --tag u4000   # ..._u4000.json
 
 Translates ende/valid/ted (IWSLT17 tst2015) with the model's own mode (sentences for Sent2Sent,
 <=512-token instances for Doc2Doc), times it, counts generated target subword tokens (with
@@ -71,7 +72,8 @@ def main():
         print(f"{r['model']} vs {ref['model']}: {r['seconds_vs_first']:.2f}x the time, "
               f"{r['tokens_per_s_vs_first']:.2f}x the tokens/s")
     name = "_".join(f"{r['method']}-{r['mode']}" if r["method"] != "transformer" else r["mode"] for r in results)
-    common.save(f"decode_{name}_b{a.batch_size}_{a.precision}" + (f"_{a.tag}" if a.tag else ""), results if len(results) > 1 else ref)
+    tag = f"_{a.tag}" if a.tag else ""
+    common.save(f"decode_{name}_b{a.batch_size}_{a.precision}{tag}", results if len(results) > 1 else ref)
     return 0 if all(r["batched_equals_unbatched"] is not False for r in results) else 1
 
 
