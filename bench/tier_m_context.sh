@@ -8,7 +8,8 @@
 #   sent2sent_more  the sentence model continued to S+T updates (the same total budget as step 1+2)
 # Every system is decoded the same way (beam 5, length penalty 1.0, fairseq style) and scored on
 # valid ted and news. Budget (environment): S=800 T=200 updates, warm-up WARM=400 (step 2: WARM2=100).
-# Re-running resumes unfinished runs and skips finished decodes.
+# Re-running resumes unfinished runs and skips finished decodes. Each scored run's config, metrics
+# and scores are kept in bench/results/tierm (bench/keep_tierm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=${S:-800}; T=${T:-200}; WARM=${WARM:-400}; WARM2=${WARM2:-100}
@@ -24,6 +25,7 @@ score() {   # decode valid ted and news the same way for every system, and score
                        --beam 5 --lenpen 1.0 --lenpen-style fairseq
     docnmt evaluate --hyp "$out" --ref ../shared/data/ende/valid/$set.de --json $R/$1/valid.$set.json >/dev/null
   done
+  bash bench/keep_tierm.sh $R/$1
 }
 train --arch sent2sent_small --save-dir $R/$S1 --max-update "$S" --warmup-updates "$WARM"
 train --arch context_transformer_small --init-from $R/$S1 --save-dir $R/ctx_step2 \

@@ -13,6 +13,7 @@
 # Then BLEU of DocFlat_C on valid ted against the decoding batch size (1, 4, 16, 32), table and
 # plot ($R/docflat_small/bleu_by_batch_size.png; dashed: the DOC2DOC baseline at 16).
 # Budget (environment): T=1000 updates. Re-running resumes unfinished runs, skips finished decodes.
+# Each system's config, metrics, scores and plot are kept in bench/results/tierm (bench/keep_tierm.sh).
 # A longer stage II need not start over: FROM=DIR (a finished R) starts each new run from a copy of
 # DIR/<system>'s checkpoints and continues it to T, e.g.
 #   T=2000 FROM=runs/tierm/from_sent2sent R=runs/tierm/from_sent2sent_2000 bash bench/tier_m_docflat.sh
@@ -42,6 +43,7 @@ for name in $SYSTEMS; do
          --max-update "$T" --save-interval-updates 100
   [ -f $R/$name/averaged.safetensors ] || docnmt average $R/$name --last 5
   for set in ted news; do decode $name $set 16 $R/$name/valid.$set.de; done
+  bash bench/keep_tierm.sh $R/$name
 done
 python bench/tier_m_table.py "$SENT" $(for name in $SYSTEMS; do echo $R/$name; done)
 points=()
@@ -55,3 +57,4 @@ python bench/plot_sweep.py $R/docflat_small/bleu_by_batch_size.png --series DocF
        --baseline "DOC2DOC at 16=$R/pseudodoc_small/valid.ted.json" \
        --xlabel "decoding batch size (consecutive sentences)" \
        --title "DocFlat_C, valid ted: BLEU against the decoding batch size"
+bash bench/keep_tierm.sh $R/docflat_small

@@ -9,7 +9,8 @@
 # (the training maximum is 512; 896 keeps source and target inside the 1,024 positions), and
 # with sliding decoding of the whole talks (windows of 0.8 × 512 tokens), beam 5, length penalty
 # 1.0; d-BLEU is over the whole talks in every case, so the figures are comparable. Prints the
-# table and writes runs/tierm/length_bias.png. Re-running skips finished decodes.
+# table and writes runs/tierm/length_bias.png. Re-running skips finished decodes. Each system's
+# config, metrics and scores (length/ included) are kept in bench/results/tierm (bench/keep_tierm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R=runs/tierm
@@ -35,6 +36,7 @@ for name in $SYSTEMS; do
   done
   decode $name $R/$name/length/ted.sliding.de --sliding true
   args+=(--series "$name" "${points[@]}" --baseline "$name, sliding=$R/$name/length/ted.sliding.json")
+  bash bench/keep_tierm.sh $R/$name
 done
 python bench/plot_sweep.py $R/length_bias.png --metrics d_bleu "${args[@]}" \
        --xlabel "decoding instance budget (source tokens; trained on ≤512)" \
