@@ -14,8 +14,8 @@
 #   bench/tier_m.sh gt=g_transformer_small gt_sent=g_transformer_sent_small \
 #                   gt_ft=g_transformer_finetune_small@gt_sent
 # Re-running resumes every unfinished run from its last checkpoint (one every 200 updates and every epoch).
-# Each decoded run's config.yaml, metrics.jsonl and scores are copied to bench/results/tierm/NAME, where
-# bench/tier_m_table.py reads them as it reads runs/tierm/NAME.
+# Each decoded run's config.yaml, metrics.jsonl, scores and plots are copied to bench/results/tierm/NAME
+# (bench/keep_tierm.sh), where bench/tier_m_table.py reads them as it reads runs/tierm/NAME.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=0
@@ -49,7 +49,5 @@ for spec in "$@"; do
     [ -f "$out" ] || docnmt translate "runs/tierm/$name" -i "../shared/data/ende/valid/$set.en" -o "$out" -q
     docnmt evaluate --hyp "$out" --ref "../shared/data/ende/valid/$set.de" --json "${out%.de}.json"
   done
-  # keep what the tables are made of where git keeps it: runs/ is not tracked, and a fresh checkout has none
-  mkdir -p "bench/results/tierm/$name"
-  cp "runs/tierm/$name/config.yaml" "runs/tierm/$name/metrics.jsonl" "runs/tierm/$name"/valid.*.json "bench/results/tierm/$name/"
+  bash bench/keep_tierm.sh "runs/tierm/$name"   # runs/ is not tracked, and a fresh checkout has none
 done
