@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Copy what the Tier M tables are made of from run directories under runs/tierm to the same paths
 # under bench/results/tierm, which git tracks (runs/ is not, and a fresh checkout has none):
-# config.yaml, metrics.jsonl, and every score report (*.json but vocab.json) and plot (*.png) of the run, its
-# subdirectories included (e.g. length/ted.b64.json). bench/tier_m_table.py reads the copies as it
-# reads the runs. Usage: bench/keep_tierm.sh runs/tierm/NAME [runs/tierm/from_X/NAME ...]
+# config.yaml, metrics.jsonl, and every score report (*.json but vocab.json) and plot (*.png) of
+# the run, its subdirectories included (e.g. length/ted.b64.json). bench/tier_m_table.py reads the
+# copies as it reads the runs. Usage: bench/keep_tierm.sh runs/tierm/NAME [runs/tierm/from_X/NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for run in "$@"; do
