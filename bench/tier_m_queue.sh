@@ -7,7 +7,8 @@
 #   1. Sent2Sent            bench/tier_m.sh sent2sent=sent2sent_small (baselines; DocFlat's stage I)
 #   2. Doc2Doc, + DLS + LAA bench/tier_m_length_bias.sh (the Doc2Doc baseline is shared with 3-6)
 #   3. P-Transformer        p_transformer_small and its -cross-attn ablation, then position probing
-#                           of Sent2Sent, Doc2Doc and P-Transformer (docs/ptransformer.md)
+#                           of Sent2Sent, Doc2Doc and P-Transformer, then the -self-tgt, -self-src
+#                           and -rel ablations (docs/ptransformer.md)
 #   4. DocFlat              bench/tier_m_docflat.sh (3 × 1,000 fine-tuning updates, two-pass decoding)
 #   5. G-Transformer        random init, group sentence model, fine-tuned (docs/gtransformer.md)
 #   6. Doc2Sent, MR         the rest of bench/tier_m_baselines.sh
@@ -26,6 +27,8 @@ step ./tier_m.sh sent2sent=sent2sent_small
 step bash tier_m_length_bias.sh
 step ./tier_m.sh pt=p_transformer_small pt_nocross=p_transformer_nocross_small
 step probe || echo "probing failed: see above (the queue goes on)"
+step ./tier_m.sh pt_noselftgt=p_transformer_noselftgt_small pt_noselfsrc=p_transformer_noselfsrc_small \
+                 pt_norel=p_transformer_norel_small
 step bash tier_m_docflat.sh
 step ./tier_m.sh gt=g_transformer_small gt_sent=g_transformer_sent_small gt_ft=g_transformer_finetune_small@gt_sent
 step ./tier_m_baselines.sh
