@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true", help="overwrite existing --scores/--json/--plot files")
 
-    p = sub.add_parser("entropy", help="attention entropy per module (bits) of a model on parallel documents")
+    p = sub.add_parser("entropy", help="attention entropy per module (bits) and self-attention distance (tokens) of a model on parallel documents")
     p.add_argument("model", help="model directory")
     p.add_argument("--src", required=True, help="source documents")
     p.add_argument("--ref", required=True, help="target documents")
@@ -469,9 +469,10 @@ def cmd_entropy(args) -> int:
     translator = Translator.load(args.model, args.checkpoint, args.device)
     res = attention_entropy(translator, docs, progress=not args.quiet)
     print(f"{res['instances']} instances, teacher-forced NLL {res['nll_bits_per_token']:.3f} bits/token")
-    print(f"{'module':<22}{'entropy (bits)':>15}")
+    dist = res["self_distance_tokens"]
+    print(f"{'module':<22}{'entropy (bits)':>15}{'mean distance (tokens)':>24}")
     for k, v in res["entropy_bits"].items():
-        print(f"{k:<22}{v:15.3f}")
+        print(f"{k:<22}{v:15.3f}" + (f"{dist[k]:24.1f}" if k in dist else f"{'-':>24}"))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     return 0

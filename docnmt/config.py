@@ -49,7 +49,7 @@ class TrainConfig:
     save_interval_updates: int = 0       # 0 = save at the end of every epoch only
     keep_last: int = 5                   # checkpoints kept for averaging
     valid_bleu: bool = False
-    attention_entropy: bool = True   # log validation attention entropy per module kind (SPEC §8.5)
+    attention_entropy: bool = True   # log validation attention entropy (SPEC §8.5) and self-attention distance per module kind
     log_interval: int = 50
     seed: int = 1
     precision: str = "auto"      # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16

@@ -690,12 +690,16 @@ def _foldable(spec: AttnSpec) -> bool:
 class AttentionProbe:
     """While active (``with AttentionProbe() as probe``), every attention call records the
     entropy in bits of its head-averaged weights for each query, (B, nq) under the module's name
-    (SPEC §8.5). It costs an explicit N×N product per call, so it is for evaluation passes."""
+    (SPEC §8.5), and every self-attention call (``*.N.self``) the mean distance in tokens
+    between each query and the keys it attends to, sum_j w_ij |i − j| (how local it is; queries
+    aligned to the last keys). It costs an explicit N×N product per call, so it is for
+    evaluation passes."""
 
     active: "AttentionProbe | None" = None
 
     def __init__(self):
         self.entropy: dict[str, list[Tensor]] = {}
+        self.distance: dict[str, list[Tensor]] = {}
 
     def __enter__(self) -> "AttentionProbe":
         AttentionProbe.active = self
@@ -708,6 +712,11 @@ class AttentionProbe:
         with torch.no_grad():
             w = attention_weights(q, k, spec).mean(1)                          # head average
             self.entropy.setdefault(name, []).append(-(w * w.clamp_min(1e-30).log2()).sum(-1))
+            if name.split(".")[2:3] == ["self"]:
+                nq, nk = w.shape[-2:]
+                pos = torch.arange(nk, device=w.device, dtype=w.dtype)
+                gap = (pos[nk - nq:, None] - pos[None, :]).abs()
+                self.distance.setdefault(name, []).append((w * gap).sum(-1))
 
 
 def module_kind(name: str) -> str:

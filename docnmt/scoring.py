@@ -109,7 +109,8 @@ def attention_entropy(translator, docs: list[Document], progress: bool = False,
                       max_tokens: int | None = None) -> dict:
     """Attention entropy in bits per module kind (SPEC §8.5: head-averaged weights, mean over
     the real queries of an instance, mean over layers and instances) of the model on parallel
-    documents, cut into instances as at test time; also the teacher-forced NLL in bits/token."""
+    documents, cut into instances as at test time; also the mean self-attention distance in tokens
+    per module kind (``AttentionProbe``) and the teacher-forced NLL in bits/token."""
     from .train import EntropyMeter
     if any(d.tgt is None for d in docs):
         raise DataError("attention entropy needs parallel documents (source and target)")
@@ -122,4 +123,4 @@ def attention_entropy(translator, docs: list[Document], progress: bool = False,
         nll -= float(lp.sum())
         ntok += batch["ntokens"]
     return {"instances": len(rows), "nll_bits_per_token": nll / max(ntok, 1) / math.log(2),
-            "entropy_bits": meter.result()}
+            "entropy_bits": meter.result(), "self_distance_tokens": meter.result("distance")}

@@ -43,26 +43,30 @@ log = logging.getLogger("docnmt.train")
 class EntropyMeter:
     """Attention entropy per module kind (SPEC §8.5): per instance the mean over its real
     (non-pad) queries of the entropy in bits of the head-averaged weights, averaged over the
-    layers of that kind and over instances."""
+    layers of that kind and over instances; the same for the self-attention distance in tokens
+    (``AttentionProbe``)."""
 
     def __init__(self):
-        self.sums: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
+        self.sums: dict[tuple[str, str], float] = {}
+        self.counts: dict[tuple[str, str], int] = {}
 
     def add(self, probe: AttentionProbe, batch: dict, pad: int) -> None:
-        for name, records in probe.entropy.items():
-            kind = module_kind(name)
-            side = "ctx" if kind.startswith("ctx") else "src" if kind.startswith("enc") else "tgt_in"
-            real = batch[side].ne(pad)
-            for h in records:
-                if h.shape != real.shape:      # flat-batch attention (DocFlat): one row of the batch's real tokens
-                    real = torch.ones_like(h, dtype=torch.bool)
-                per_instance = (h * real).sum(1) / real.sum(1).clamp_min(1)
-                self.sums[kind] = self.sums.get(kind, 0.0) + float(per_instance.sum())
-                self.counts[kind] = self.counts.get(kind, 0) + h.size(0)
+        for stat, recorded in (("entropy", probe.entropy), ("distance", probe.distance)):
+            for name, records in recorded.items():
+                kind = module_kind(name)
+                side = "ctx" if kind.startswith("ctx") else "src" if kind.startswith("enc") else "tgt_in"
+                real = batch[side].ne(pad)
+                for h in records:
+                    if h.shape != real.shape:  # flat-batch attention (DocFlat): one row of the batch's real tokens
+                        real = torch.ones_like(h, dtype=torch.bool)
+                    per_instance = (h * real).sum(1) / real.sum(1).clamp_min(1)
+                    key = (stat, kind)
+                    self.sums[key] = self.sums.get(key, 0.0) + float(per_instance.sum())
+                    self.counts[key] = self.counts.get(key, 0) + h.size(0)
 
-    def result(self) -> dict[str, float]:
-        return {k: self.sums[k] / self.counts[k] for k in sorted(self.sums)}
+    def result(self, stat: str = "entropy") -> dict[str, float]:
+        """Per module kind: ``entropy`` in bits, or ``distance`` in tokens (self-attention only)."""
+        return {k: self.sums[s, k] / self.counts[s, k] for s, k in sorted(self.sums) if s == stat}
 
 
 def plot_dls_lengths(corpus: Corpus, mode, seed: int, last_epoch: int, path: Path, curves: int = 8) -> None:
@@ -456,6 +460,7 @@ class Trainer:
                "valid_ppl": 2 ** (nll / ntok / math.log(2))}
         if entropy:
             out.update({f"valid_entropy_{k}": v for k, v in entropy.result().items()})
+            out.update({f"valid_distance_{k}": v for k, v in entropy.result("distance").items()})
         if self.cfg.train.valid_bleu:
             out.update(self.valid_bleu())
         return out

@@ -327,6 +327,9 @@ def test_entropy_cli(models, run_cli, tmp_path):
     assert set(ent) == {"enc_self", "enc_self_global", "dec_self", "dec_self_global", "cross", "cross_global"}
     assert all(v >= 0 for v in ent.values()) and ent["cross"] < ent["cross_global"]
     assert res["nll_bits_per_token"] > 0
+    dist = res["self_distance_tokens"]        # self-attention only, in tokens
+    assert set(dist) == {"enc_self", "enc_self_global", "dec_self", "dec_self_global"}
+    assert all(v > 0 for v in dist.values()) and dist["enc_self"] < dist["enc_self_global"]
 
 
 def test_compare_two_models_and_a_file(models, run_cli, tmp_path):

@@ -355,3 +355,32 @@ def test_beams_sharing_memory_equal_beams_with_copies(name):
                 copies, shared = copies.select(static), shared.select(static)
             model.reorder_cache(c_copies, order, static)
             model.reorder_cache(c_shared, order, static, K)
+
+
+def test_attention_probe_self_distance_matches_its_definition():
+    """Self-attention distance sum_j w_ij |i − j| in tokens: uniform weights over 5 keys give the
+    mean gap to every position, causal uniform weights i/2; cross-attention records none; the
+    meter averages it over real queries only."""
+    from docnmt.model import AttentionProbe
+    from docnmt.train import EntropyMeter
+    torch.manual_seed(0)
+    attn = {n: MultiheadAttention(CFG.d_model, CFG.heads, name=n) for n in ("enc.0.self", "dec.0.self", "dec.0.cross")}
+    for m in attn.values():
+        with torch.no_grad():
+            m.in_proj.weight.zero_()            # all logits 0: uniform weights
+    x = torch.randn(1, 5, CFG.d_model)
+    with AttentionProbe() as probe:
+        attn["enc.0.self"](x, x, AttnSpec())
+        attn["dec.0.self"](x, x, AttnSpec(is_causal=True))
+        attn["dec.0.cross"](x, x, AttnSpec())
+    gaps = torch.tensor([[sum(abs(i - j) for j in range(5)) / 5 for i in range(5)]])
+    torch.testing.assert_close(probe.distance["enc.0.self"][0], gaps)
+    torch.testing.assert_close(probe.distance["dec.0.self"][0], torch.arange(5.)[None] / 2)
+    assert set(probe.distance) == {"enc.0.self", "dec.0.self"}
+    meter = EntropyMeter()
+    pad = 0
+    meter.add(probe, {"src": torch.tensor([[5, 6, 7, 8, pad]]), "tgt_in": torch.tensor([[5, 6, 7, 8, 9]])}, pad)
+    dist = meter.result("distance")
+    assert set(dist) == {"enc_self", "dec_self"} and set(meter.result()) == {"enc_self", "dec_self", "cross"}
+    assert dist["enc_self"] == pytest.approx(float(gaps[0, :4].mean()))   # the pad query is left out
+    assert dist["dec_self"] == pytest.approx(1.0)
