@@ -46,7 +46,8 @@ for spec in "$@"; do
   name=${spec%%=*}
   for set in ted news; do
     out=runs/tierm/$name/valid.$set$TAG.de
-    [ -f "$out" ] || docnmt translate "runs/tierm/$name" -i "../shared/data/ende/valid/$set.en" -o "$out" -q
+    [ -f "$out" ] || docnmt translate "runs/tierm/$name" -i "../shared/data/ende/valid/$set.en" -o "$out" -q \
+                       --report "${out%.de}.coverage.json"
     docnmt evaluate --hyp "$out" --ref "../shared/data/ende/valid/$set.de" --json "${out%.de}.json"
   done
   bash bench/keep_tierm.sh "runs/tierm/$name"   # runs/ is not tracked, and a fresh checkout has none

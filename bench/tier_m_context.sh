@@ -22,7 +22,7 @@ score() {   # decode valid ted and news the same way for every system, and score
   for set in ted news; do
     out=$R/$1/valid.$set.de
     [ -f "$out" ] || docnmt translate $R/$1 -i ../shared/data/ende/valid/$set.en -o "$out" -q \
-                       --beam 5 --lenpen 1.0 --lenpen-style fairseq
+                       --report "${out%.de}.coverage.json" --beam 5 --lenpen 1.0 --lenpen-style fairseq
     docnmt evaluate --hyp "$out" --ref ../shared/data/ende/valid/$set.de --json $R/$1/valid.$set.json >/dev/null
   done
   bash bench/keep_tierm.sh $R/$1

@@ -20,7 +20,7 @@ bash bench/tier_m.sh doc2doc=doc2doc_small doc2doc_dls_laa=doc2doc_dls_laa_small
 decode() {   # system, output, extra translate options
   local out=$2
   [ -f "$out" ] || docnmt translate $R/$1 -i ../shared/data/ende/valid/ted.en -o "$out" -q \
-                     --beam 5 --lenpen 1.0 "${@:3}"
+                     --report "${out%.de}.coverage.json" --beam 5 --lenpen 1.0 "${@:3}"
   docnmt evaluate --hyp "$out" --ref ../shared/data/ende/valid/ted.de --json "${out%.de}.json" >/dev/null
 }
 args=()

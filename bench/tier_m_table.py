@@ -7,8 +7,10 @@ Reads each model directory's ``metrics.jsonl`` (the last validation) and the ``v
 ``valid.news.json`` written by ``docnmt evaluate --json`` (as ``bench/tier_m*.sh`` do; with
 ``--tag T`` the ``valid.ted.T.json`` ones that ``bench/tier_m.sh --max-update N`` writes, T = uN,
 and the last validation at or before update N, so a run continued past N still gives its uN row),
-and prints cased s-BLEU and d-BLEU per validation set, and the decoder cross-attention entropy in
-bits where the run measured it (``attention_entropy``).
+and prints cased s-BLEU and d-BLEU per validation set, the decoder cross-attention entropy in
+bits where the run measured it (``attention_entropy``), and, where the decode wrote one
+(``docnmt translate --report``, as ``bench/tier_m.sh`` does), the coverage report of each set:
+documents fully recovered / documents, the paper's Table VII (P-Transformer), and empty sentences.
 """
 from __future__ import annotations
 
@@ -37,6 +39,13 @@ def row(run: Path, tag: str = "") -> list[str]:
             cells.append(f"{sb:.2f} / {r['d_bleu']['score']:.2f}")
         else:
             cells.append("–")
+    for s in SETS:
+        path = run / f"valid.{s}{'.' + tag if tag else ''}.coverage.json"
+        if path.exists():
+            c = json.loads(path.read_text())
+            cells.append(f"{c['documents_fully_recovered']}/{c['documents']}, {c['empty_sentences']:,} empty")
+        else:
+            cells.append("–")
     return cells
 
 
@@ -45,7 +54,7 @@ def main(runs: list[str]) -> None:
     if runs[:1] == ["--tag"]:
         tag, runs = runs[1], runs[2:]
     head = ["run", "updates", "valid loss (bits)", "valid NLL (bits)", "valid ppl", "cross-attn entropy (bits)",
-            *(f"{s} s-BLEU / d-BLEU" for s in SETS)]
+            *(f"{s} s-BLEU / d-BLEU" for s in SETS), *(f"{s} documents fully recovered" for s in SETS)]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for run in runs:

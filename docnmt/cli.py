@@ -158,7 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--greedy", action="store_true", help="greedy search (beam 1)")
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--force", action="store_true")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report")
+    p.add_argument("--report", metavar="FILE",
+                   help="also write the coverage report (documents fully recovered, empty and merged sentences) "
+                        "here as JSON; never overwritten without --force")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report on stderr")
     add_flags(p, DECODE_FLAGS)
 
     p = sub.add_parser("evaluate", help="s-BLEU, d-BLEU and chrF of a translation against references")
@@ -329,7 +332,9 @@ def cmd_translate(args) -> int:
     cfg = translator.cfg.override(overrides) if overrides else translator.cfg
     translator.cfg = cfg
     inputs = args.input or ["-"]
-    refuse_overwrite(args.output, args.force)
+    if args.report and args.output and Path(args.report).resolve() == Path(args.output).resolve():
+        raise DocnmtError("--report and --output name the same file")
+    refuse_overwrite([args.output, args.report], args.force)
     docs = read_inputs(inputs, args.format)
     out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs))
     target = args.output or sys.stdout
@@ -339,6 +344,8 @@ def cmd_translate(args) -> int:
         write_marker(out, target, side="tgt", allow_empty=True)
     if not args.quiet:
         print(report.summary(), file=sys.stderr)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report.as_dict(), indent=1) + "\n", encoding="utf-8")
     return 0
 
 

@@ -31,12 +31,26 @@ def run(tmp_path_factory):
 def test_translate_evaluate_and_report(run, capsys):
     root, prefix = run
     hyp = root / "hyp.de"
-    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "-o", str(hyp), "--beam", "2"]) == 0
+    report = root / "coverage.json"
+    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "-o", str(hyp), "--beam", "2",
+                 "--report", str(report)]) == 0
     err = capsys.readouterr().err
     assert "coverage:" in err
     src = read_documents(f"{prefix}.en")
     out = read_documents(str(hyp), fmt="marker", allow_empty=True)
     assert [len(d.src) for d in out] == [len(d.src) for d in src]       # one line per source sentence
+    cov = json.loads(report.read_text())                                 # the same report, as JSON
+    assert cov["documents"] == len(src) and cov["sentences"] == sum(len(d.src) for d in src)
+    assert cov["empty_sentences"] == sum(line == "" for d in out for line in d.src)
+    assert cov["documents_fully_recovered"] == len(src) - len(cov["documents_with_problems"])
+    assert f"{cov['documents_fully_recovered']}/{len(src)} documents fully recovered" in err
+    # the report is an output like any other: never overwritten, never the translation itself
+    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "-o", str(root / "other.de"),
+                 "--report", str(report), "-q"]) == 2
+    assert "--force" in capsys.readouterr().err and not (root / "other.de").exists()
+    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "-o", str(root / "same"),
+                 "--report", str(root / "same"), "-q"]) == 2
+    assert "same file" in capsys.readouterr().err
     assert main(["evaluate", "--hyp", str(hyp), "--ref", f"{prefix}.de", "--json", str(root / "scores.json")]) == 0
     table = capsys.readouterr().out
     assert "d-BLEU" in table and "nrefs:1" in table
