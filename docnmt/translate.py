@@ -61,9 +61,12 @@ class CoverageReport:
     empty_sentences: int = 0          # source sentences whose translation came back empty
     documents_with_problems: list = field(default_factory=list)
 
+    @property
+    def documents_fully_recovered(self) -> int:
+        return self.documents - len(self.documents_with_problems)
+
     def summary(self) -> str:
-        ok = self.documents - len(self.documents_with_problems)
-        return (f"coverage: {ok}/{self.documents} documents fully recovered, "
+        return (f"coverage: {self.documents_fully_recovered}/{self.documents} documents fully recovered, "
                 f"{self.empty_sentences}/{self.sentences} sentences empty, "
                 f"{self.malformed_instances}/{self.instances} instances with merged or missing sentences "
                 "(repaired by the SPEC §8.1 rules)")
@@ -72,7 +75,7 @@ class CoverageReport:
         """The report as ``docnmt translate --report`` writes it (JSON), with the paper's
         Table VII figure, documents fully recovered out of all, spelled out."""
         return {"documents": self.documents,
-                "documents_fully_recovered": self.documents - len(self.documents_with_problems),
+                "documents_fully_recovered": self.documents_fully_recovered,
                 "sentences": self.sentences, "empty_sentences": self.empty_sentences,
                 "instances": self.instances, "malformed_instances": self.malformed_instances,
                 "documents_with_problems": list(self.documents_with_problems)}
