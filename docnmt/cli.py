@@ -69,6 +69,8 @@ DECODE_FLAGS = {
     "--max-len-b": ("decode.max_len_b", int, "max output length = a * source length + b"),
     "--min-len": ("decode.min_len", int, "minimum output length"),
     "--nbest": ("decode.nbest", int, "hypotheses kept per input (JSONL output)"),
+    "--no-repeat-ngram-size": ("decode.no_repeat_ngram_size", int,
+                               "never repeat an n-gram of word pieces in a hypothesis (0 = off; separators do not count)"),
     "--batch-tokens": ("decode.max_tokens", int, "source tokens per decoding batch"),
     "--batch-size": ("decode.max_sentences", int, "instances per decoding batch"),
     "--precision": ("decode.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 (autocast)"),

@@ -153,7 +153,7 @@ LIMITS = {
               "log_interval": _AT_LEAST_1, "pretrained_lr_scale": _AT_LEAST_0,
               "precision": _one_of(TRAIN_PRECISIONS)},
     "decode": {"beam": _AT_LEAST_1, "nbest": _AT_LEAST_1, "max_tokens": _AT_LEAST_1, "max_sentences": _AT_LEAST_1,
-               "max_len_a": _AT_LEAST_0, "min_len": _AT_LEAST_0,
+               "max_len_a": _AT_LEAST_0, "min_len": _AT_LEAST_0, "no_repeat_ngram_size": _AT_LEAST_0,
                "lenpen_style": _one_of(LENPEN_STYLES),
                "sliding_window": (lambda v: v > 0, "above 0"),
                "precision": _one_of(DECODE_PRECISIONS)},

@@ -12,7 +12,7 @@ One search for every method. Its extension points:
   log-probabilities of the next token in place, ``tokens`` being each hypothesis' prefix (``<s>``
   first), ``rows`` the index of the input sentence each row belongs to and ``limit`` each row's
   last step, where only the end token is left (finite-state constraints such as G-Transformer's
-  sentence frame and the length-bias sentence count);
+  sentence frame, the length-bias sentence count and :class:`NoRepeatNgram`);
 * ``banned``: token ids never generated (pad, ``<s>``, ``<mask>``, …).
 
 Scores follow fairseq: sum of token log-probabilities divided by ``length ** lenpen`` (or GNMT's
@@ -43,6 +43,7 @@ class SearchConfig:
     max_len_b: int = 10
     min_len: int = 1
     nbest: int = 1
+    no_repeat_ngram_size: int = 0   # > 0: no n-gram of word pieces twice in a hypothesis (NoRepeatNgram)
 
 
 LENPEN_STYLES = ("fairseq", "gnmt")
@@ -56,6 +57,36 @@ class Hypothesis:
 
 
 Processor = Callable[[int, Tensor, Tensor, Tensor, Tensor], None]
+
+
+def with_processor(extra: dict, proc: Processor) -> dict:
+    """``beam_search`` keyword arguments ``extra`` with ``proc`` appended to their processors."""
+    return {**extra, "processors": [*extra.get("processors", []), proc]}
+
+
+class NoRepeatNgram:
+    """fairseq's ``--no-repeat-ngram-size``: a hypothesis never produces an ``n``-gram it already
+    contains (the tokens that would complete one get -inf). Unlike fairseq, only n-grams made of
+    word pieces count, ids in ``[words[0], words[1])``: an n-gram with a special token (``<s>``,
+    ``</s>``, a separator) is never blocked, so sentence frames and separators are untouched and
+    "<sep> Das ist" may start two sentences. The hypothesis includes its forced prefix, as in
+    fairseq: sliding decoding blocks what whole-document decoding would block."""
+
+    def __init__(self, n: int, words: tuple[int, int]):
+        if n < 1:
+            raise ValueError(f"no-repeat n-gram size must be at least 1, not {n}")
+        self.n, self.words = n, words
+
+    def __call__(self, step: int, tokens: Tensor, lprobs: Tensor, rows: Tensor, limit: Tensor) -> None:
+        n = self.n
+        if tokens.size(1) < n:
+            return
+        grams = tokens.unfold(1, n, 1)                           # (rows, windows, n): every n-gram so far
+        tail = tokens[:, tokens.size(1) - n + 1:]                # the n-1 tokens a new n-gram starts with
+        hit = (grams[:, :, :-1] == tail[:, None, :]).all(-1)
+        hit &= ((grams >= self.words[0]) & (grams < self.words[1])).all(-1)
+        row, win = hit.nonzero(as_tuple=True)
+        lprobs[row, grams[row, win, -1]] = float("-inf")
 
 
 @torch.inference_mode()

@@ -23,7 +23,7 @@ from .document import Document
 from .errors import ConfigError, DataError, DocnmtError
 from .model import AttentionPolicy, Transformer
 from .readers import DOC_MARK, read_text
-from .search import SearchConfig, beam_search
+from .search import NoRepeatNgram, SearchConfig, beam_search, with_processor
 from .sliding import SentenceCount, sliding_windows
 from .vocab import Vocab
 
@@ -233,6 +233,8 @@ class Translator:
             extra = self.constraints(src)
             if getattr(search, "sentence_count", False) or getattr(search, "sliding", False):
                 extra = self._count_constraint(rows[idx], extra)
+            if search.no_repeat_ngram_size:
+                extra = with_processor(extra, NoRepeatNgram(search.no_repeat_ngram_size, self.vocab.word_ids))
             with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
                 hyps = beam_search(self.model, src, search, start, self.joiner.end,
                                    banned=self.banned_ids(sentence_targets), prefix=prefix if any(prefix) else None,
@@ -255,8 +257,7 @@ class Translator:
             return extra
         n = torch.as_tensor(rows[:, 1] - rows[:, 2], device=self.device)
         next_sep = torch.tensor([self.joiner.sep(c) for c in range(1, int(n.max()) + 1)], device=self.device)
-        proc = SentenceCount(n, sorted(self.joiner.sep_ids), next_sep, self.joiner.end)
-        return {**extra, "processors": [*extra.get("processors", []), proc]}
+        return with_processor(extra, SentenceCount(n, sorted(self.joiner.sep_ids), next_sep, self.joiner.end))
 
     def _assemble(self, docs, corpus, outputs, report, bad_docs) -> list[Document]:
         for d, doc in enumerate(docs):

@@ -74,6 +74,11 @@ class BaseVocab:
     def __len__(self) -> int:
         return self.n_pieces + len(self.extra)
 
+    @property
+    def word_ids(self) -> tuple[int, int]:
+        """The ids of the backend's ordinary pieces: ``range(*word_ids)``."""
+        return EOS + 1, self.n_pieces
+
     def id(self, symbol: str) -> int:
         if symbol in self.symbol_ids:
             return self.symbol_ids[symbol]

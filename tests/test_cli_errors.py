@@ -197,6 +197,7 @@ def test_numbers_in_float_notation_are_accepted_for_integers():
     ("decode.beam", 0, "decode.beam must be at least 1"),
     ("model.rel_max_distance", -4, "model.rel_max_distance must be at least 1"),
     ("decode.nbest", 0, "decode.nbest must be at least 1"),
+    ("decode.no_repeat_ngram_size", -1, "decode.no_repeat_ngram_size must be at least 0"),
     ("decode.lenpen_style", "foo", "fairseq or gnmt"),
     ("decode.nbest", 9, "cannot exceed decode.beam"),
 ])

@@ -66,6 +66,19 @@ def test_output_is_never_overwritten(run, capsys):
     assert target.read_text() == "keep" and "--force" in capsys.readouterr().err
 
 
+def test_no_repeat_ngram_flag_on_a_document_model(run, capsys):
+    """Blocking repeated bigrams of word pieces leaves the separators alone: one line per
+    source sentence still comes back; a negative size is a config error."""
+    root, prefix = run
+    hyp = root / "norepeat.de"
+    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "-o", str(hyp), "--greedy",
+                 "--no-repeat-ngram-size", "2", "-q"]) == 0
+    out = read_documents(str(hyp), fmt="marker", allow_empty=True)
+    assert [len(d.src) for d in out] == [len(d.src) for d in read_documents(f"{prefix}.en")]
+    assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "--no-repeat-ngram-size", "-1", "-q"]) == 2
+    assert "no_repeat_ngram_size must be at least 0" in capsys.readouterr().err
+
+
 def test_translate_stdin_to_jsonl_greedy(run, capsys, monkeypatch):
     root, _ = run
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"<d>\nHello world.\nThank you.\n")))

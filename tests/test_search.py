@@ -107,6 +107,61 @@ def test_sentence_count_fits_every_separator_into_a_tight_length_limit(trained):
         assert len(hyps[0].tokens) <= 5          # steps 0..5, the last one the end token
 
 
+def repeats(tokens, n, words):
+    """The n-grams of word pieces that occur more than once in ``tokens``."""
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    grams = [g for g in grams if all(words[0] <= t < words[1] for t in g)]
+    return {g for g in grams if grams.count(g) > 1}
+
+
+def test_no_repeat_ngram_bans_the_tokens_that_complete_a_seen_ngram():
+    from docnmt.search import NoRepeatNgram
+    tokens = torch.tensor([[2, 10, 11, 12, 10, 11],
+                           [2, 10, 11, 600, 10, 11],      # 600: a separator, not a word piece
+                           [2, 10, 11, 13, 14, 15]])
+    lprobs = torch.zeros(3, 700)
+    NoRepeatNgram(3, (4, 500))(5, tokens, lprobs, torch.arange(3), torch.full((3,), 9))
+    assert torch.isinf(lprobs[0]).nonzero().squeeze(1).tolist() == [12]    # "10 11 12" again
+    assert not torch.isinf(lprobs[1:]).any()      # "10 11 <sep>" is not blocked; row 2 has no "10 11" tail
+    unigrams = torch.zeros(3, 700)
+    NoRepeatNgram(1, (4, 500))(5, tokens, unigrams, torch.arange(3), torch.full((3,), 9))
+    assert torch.isinf(unigrams[2]).nonzero().squeeze(1).tolist() == [10, 11, 13, 14, 15]   # not <s>
+    short = torch.zeros(3, 700)
+    NoRepeatNgram(7, (4, 500))(5, tokens, short, torch.arange(3), torch.full((3,), 9))
+    assert not torch.isinf(short).any()
+    with pytest.raises(ValueError, match="at least 1"):
+        NoRepeatNgram(0, (4, 500))
+
+
+def test_no_repeat_ngram_in_beam_search_and_translate(trained, monkeypatch):
+    """The undertrained model loops; with the processor no hypothesis repeats a bigram, and
+    ``decode.no_repeat_ngram_size`` puts it into every search of :meth:`Translator.translate`."""
+    from dataclasses import replace
+
+    import docnmt.translate as translate_module
+    from docnmt.search import NoRepeatNgram
+    tr, _ = trained
+    src, _ = sources(tr)
+    words = tr.vocab.word_ids
+    cfg = SearchConfig(beam=4, max_len_a=0, max_len_b=40, nbest=4)
+    free = beam_search(tr.model, src, cfg, 2, 3, banned=[0, 2])
+    assert any(repeats(h.tokens, 2, words) for hyps in free for h in hyps)     # it does loop
+    blocked = beam_search(tr.model, src, cfg, 2, 3, banned=[0, 2], processors=[NoRepeatNgram(2, words)])
+    assert all(not repeats(h.tokens, 2, words) for hyps in blocked for h in hyps)
+    assert all(len(hyps) == 4 for hyps in blocked)
+
+    searched = []
+
+    def spy(*args, **kwargs):
+        out = beam_search(*args, **kwargs)
+        searched.extend(h.tokens for hyps in out for h in hyps)
+        return out
+    monkeypatch.setattr(translate_module, "beam_search", spy)
+    docs = read_documents(str(SHARED / "ende/valid/ted.en"), fmt="marker")[:1]
+    tr.translate(docs, replace(tr.cfg.decode, no_repeat_ngram_size=2, max_len_b=40))
+    assert searched and all(not repeats(t, 2, words) for t in searched)
+
+
 @pytest.mark.parametrize("mode", ["doc2sent", "doc2doc"])
 def test_translate_walk_returns_one_line_per_sentence(tmp_path, mode):
     data = tiny_data(tmp_path)
