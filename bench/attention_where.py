@@ -1,4 +1,4 @@
-"""Where a model's encoder self-attention goes, per layer (docs/ptransformer.md, the ablations).
+"""Where a model's encoder self-attention goes, per layer (docs/methods/ptransformer.md, the ablations).
 
 Teacher-forced on parallel documents cut into instances as at test time, it prints for each encoder
 layer the share of the head-averaged attention mass within ±W tokens of the query, on special
@@ -14,7 +14,7 @@ import argparse
 import torch
 
 from docnmt.data import Corpus, build_instances
-from docnmt.model import AttentionProbe, attention_weights
+from docnmt.attention import AttentionProbe, attention_weights
 from docnmt.readers import read_documents
 from docnmt.scoring import teacher_forced
 from docnmt.translate import Translator

@@ -1,5 +1,5 @@
 """BLEU of sentences by where they sit in their decoding instance: a model's length bias seen
-from inside the instances (docs/length_bias.md).
+from inside the instances (docs/methods/length_bias.md).
 
 Each translated sentence gets the offset, in source tokens, of its start within the instance it
 was decoded in (the instances ``docnmt translate`` builds for the model with ``--max-instance-

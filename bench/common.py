@@ -1,4 +1,5 @@
-"""Shared set-up of the benchmark scripts: Tier M data (PROTOCOL.md), timing and memory helpers."""
+"""Shared set-up of the benchmark scripts: the Tier M and Tier M-fr data (docs/benchmarks.md), timing and memory
+helpers."""
 from __future__ import annotations
 
 import json
@@ -75,3 +76,67 @@ def time_forward_backward(model, batch: dict, repeats: int) -> tuple[float, floa
         times.append(t.seconds)
         model.zero_grad(set_to_none=True)
     return float(np.median(times[1:])), peak_rss_mb() - base
+
+
+MFR_TRAIN = SHARED / "enfr/train/hansard"
+MFR_VALID = SHARED / "enfr/valid/hansard"
+MFR_MAX_WORDS = 200   # training pairs with a longer side are dropped (30 of 913,612; the longest has 827 words)
+
+
+def tier_mfr_data(directory: str | Path | None = None, valid_docs: int = 2, enfr: str | Path | None = None) -> Path:
+    """Prepare Tier M-fr once into ``directory`` (default bench/.cache/tier_mfr): one joint 8K
+    SentencePiece BPE model learned on the Hansard training text; the validation split used during
+    training is the first ``valid_docs`` sittings of enfr/valid/hansard (the systems are scored on
+    all six afterwards). ``enfr``: another copy of ``../shared/data/enfr`` (a dry run's)."""
+    from docnmt.prepare import prepare
+    directory = Path(directory or HERE / ".cache" / "tier_mfr")
+    train_prefix = Path(enfr) / "train/hansard" if enfr else MFR_TRAIN
+    valid_prefix = Path(enfr) / "valid/hansard" if enfr else MFR_VALID
+    if (directory / "prepare.json").exists():
+        return directory
+    raw = directory.parent / (directory.name + "_raw")
+    raw.mkdir(parents=True, exist_ok=True)
+    for lang in ("en", "fr"):
+        lines = valid_prefix.with_name(f"hansard.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)
+        starts = [i for i, line in enumerate(lines) if line == "<d>\n"] + [len(lines)]
+        (raw / f"valid{valid_docs}.{lang}").write_text("".join(lines[: starts[valid_docs]]), encoding="utf-8")
+    docids = valid_prefix.with_name("hansard.docids").read_text().splitlines()[:valid_docs]
+    (raw / f"valid{valid_docs}.docids").write_text("".join(d + "\n" for d in docids))
+    src, tgt = (train_prefix.with_name(f"hansard.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)
+                for lang in ("en", "fr"))
+    keep = [i for i, (s, t) in enumerate(zip(src, tgt))
+            if max(len(s.split()), len(t.split())) <= MFR_MAX_WORDS or s == "<d>\n"]
+    print(f"Hansard: {len(src) - len(keep)} lines over {MFR_MAX_WORDS} words dropped", file=sys.stderr)
+    for lang, lines in (("en", src), ("fr", tgt)):
+        (raw / f"train.{lang}").write_text("".join(lines[i] for i in keep), encoding="utf-8")
+    (raw / "train.docids").write_text(train_prefix.with_name("hansard.docids").read_text())
+    prepare(directory, "en", "fr", [str(raw / "train")], [str(raw / f"valid{valid_docs}")], vocab_size=8000,
+            force=True, log=lambda m: print(m, file=sys.stderr))
+    return directory
+
+
+def tier_mfr_dry_copy(dest: str | Path, docs: int = 6, sents: int = 25) -> Path:
+    """A miniature of ../shared/data/enfr for ``bench/tier_mfr.sh --dry-run``: the first ``docs``
+    Hansard sittings of train and valid cut to ``sents`` sentences, the real suites (linked)."""
+    dest = Path(dest)
+    for split in ("train", "valid"):
+        (dest / split).mkdir(parents=True, exist_ok=True)
+        src = SHARED / "enfr" / split / "hansard"
+        for lang in ("en", "fr"):
+            out, d, n = [], 0, 0
+            for line in src.with_name(f"hansard.{lang}").read_text(encoding="utf-8").splitlines(keepends=True):
+                if line == "<d>\n":
+                    d, n = d + 1, 0
+                    if d > docs:
+                        break
+                elif n >= sents:
+                    continue
+                else:
+                    n += 1
+                out.append(line)
+            (dest / split / f"hansard.{lang}").write_text("".join(out), encoding="utf-8")
+        ids = src.with_name("hansard.docids").read_text().splitlines()[:docs]
+        (dest / split / "hansard.docids").write_text("".join(i + "\n" for i in ids))
+    if not (dest / "suites").exists():
+        (dest / "suites").symlink_to(SHARED / "enfr" / "suites")
+    return dest

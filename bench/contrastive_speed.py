@@ -60,7 +60,8 @@ def main():
 
 def random_model(preset: str, vocab_dir: str):
     from docnmt.config import Config
-    from docnmt.translate import Translator, build_model
+    from docnmt.methods import build_model
+    from docnmt.translate import Translator
     from docnmt.vocab import Vocab
     cfg = Config.load(preset)
     vocab = Vocab.load(vocab_dir)

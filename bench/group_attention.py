@@ -29,25 +29,27 @@ MODELS = ("vanilla", "vanilla_explicit", "gt", "gt_local", "gt_local_dense")
 def one(model_name: str, tokens: int, sent_len: int, threads: int, repeats: int) -> dict:
     import numpy as np
     import torch
-    from docnmt import model as model_module
+    from docnmt import attention
     from docnmt.config import Config
-    from docnmt.gtransformer import build
+    from docnmt.methods.gtransformer import build
     from docnmt.model import Transformer
     common.set_threads(threads)
     n_sents = max(1, tokens // (sent_len + 2))
     over = {"model.max_positions": n_sents * (sent_len + 2) + 2}
     if model_name.startswith("gt_local"):
-        over["model.group_ablation"] = "only_group"
+        over["method.group_ablation"] = "only_group"
     cfg = Config.load("g_transformer_small").override(over)
     cfg.model.vocab_size, cfg.model.pad_id = 8000, 0
     bos, eos, eod = 2, 3, 7999
-    model_module.GROUPED_ATTENTION = model_name != "gt_local_dense"
-    model_module.MultiheadAttention.impl = "reference" if model_name == "vanilla_explicit" else "sdpa"
+    # the reference costs: group masks as dense N×N masks, attention as an explicit softmax
+    if model_name == "gt_local_dense":
+        attention.attention_grouped = lambda q, k, v, spec, dropout=0.0: attention.attention_masked(q, k, v, spec, dropout)
+    if model_name == "vanilla_explicit":
+        attention.attention_sdpa = attention.attention_reference
     if model_name.startswith("vanilla"):
-        cfg.model.method = "transformer"
         model = Transformer(cfg.model).train()
     else:
-        model = build(cfg.model, bos, eod).train()
+        model = build(cfg.model, cfg.method, bos, eod).train()
     rng = np.random.default_rng(0)
     body = np.concatenate([np.concatenate([[bos], rng.integers(4, 7990, sent_len), [eos]]) for _ in range(n_sents)])
     batch = {"src": torch.as_tensor(body[None]), "tgt_in": torch.as_tensor(np.concatenate([[eod], body])[None]),

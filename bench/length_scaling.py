@@ -18,8 +18,8 @@ def one(preset: str, length: int, threads: int, repeats: int) -> dict:
     import numpy as np
     import torch
     from docnmt.config import Config
-    from docnmt.data import Corpus, InstanceSet, build_instances, make_joiner
-    from docnmt.translate import build_model
+    from docnmt.data import Corpus, InstanceSet, build_instances
+    from docnmt.methods import build_model, make_joiner
     from docnmt.vocab import Vocab
     common.set_threads(threads)
     data = common.tier_m_data()

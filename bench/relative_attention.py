@@ -6,7 +6,7 @@ SDPA without the term for scale.
 
 Tier M shapes: 4 heads of 64 dimensions, a 1,025-row table (M = 512), half the rows padded by
 112 keys; encoder (full) and decoder (causal) masks. Prints seconds per forward+backward and
-saves bench/results/relative_attention.json; ``RELATIVE_BLOCK`` in docnmt/model.py is the best
+saves bench/results/relative_attention.json; ``RELATIVE_BLOCK`` in docnmt/attention.py is the best
 block size found here.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     import torch
-    from docnmt import model as m
+    from docnmt import attention as m
     common.set_threads(a.threads)
     torch.manual_seed(0)
     B, h, N, d, M = a.batch, 4, a.length, 64, 512

@@ -22,7 +22,8 @@ TRAIN_FLAGS = {
     "--arch": (None, str, "named architecture/experiment preset (see `docnmt presets`)"),
     "--mode": ("data.mode", str, "sent2sent | doc2sent | doc2doc | mr | pseudodoc"),
     "--context": ("data.context", int, "doc2sent / pseudodoc: number of previous sentences"),
-    "--max-instance-tokens": ("data.max_instance_tokens", int, "doc2doc/mr: instance budget (SPEC §2.3)"),
+    "--max-instance-tokens": ("data.max_instance_tokens", int, "doc2doc/mr: instance budget in tokens, see "
+                              "docs/methods/baselines.md#splitting-documents-into-instances-of-at-most-512-tokens"),
     "--separator": ("data.separator", str, "index (<sepI>) | uniform (<sep>) | group (<s> x </s>, G-Transformer) "
                     "| global_index (<sepJ> x </s>, DocFlat)"),
     "--batch-order": ("data.batch_order", str, "sorted (length buckets) | ordered (consecutive instances, "
@@ -379,13 +380,17 @@ def cmd_evaluate(args) -> int:
     print(format_table(result))
     if args.compare:
         other = read_sentences(args.compare, hypothesis=True)
+        levels = [lvl for lvl in ("s", "d") if lvl == "d" or result["s_bleu"]]
         result["bootstrap"] = {lvl: paired_bootstrap(hyp, other, ref, level=lvl, n_samples=args.bootstrap_samples)
-                               for lvl in ("s", "d") if lvl == "d" or result["s_bleu"]}
-        for lvl, b in result["bootstrap"].items():
-            # the paths as given: two systems' outputs often share a file name in different run directories
-            print(f"paired bootstrap ({lvl}-BLEU, {b['n_samples']} samples): --hyp {args.hyp} {b['a']:.2f}, "
-                  f"--compare {args.compare} {b['b']:.2f}; compare - hyp = {b['delta']:+.2f}, "
-                  f"p = {b['p_value']:.4f}, 95% CI [{b['ci95_b_minus_a'][0]:+.2f}, {b['ci95_b_minus_a'][1]:+.2f}]")
+                               for lvl in levels}
+        result["bootstrap_chrf"] = {lvl: paired_bootstrap(hyp, other, ref, level=lvl, metric="chrf",
+                                                          n_samples=args.bootstrap_samples) for lvl in levels}
+        for name, tests in (("BLEU", result["bootstrap"]), ("chrF", result["bootstrap_chrf"])):
+            for lvl, b in tests.items():
+                # the paths as given: two systems' outputs often share a file name in different run directories
+                print(f"paired bootstrap ({lvl}-{name}, {b['n_samples']} samples): --hyp {args.hyp} {b['a']:.2f}, "
+                      f"--compare {args.compare} {b['b']:.2f}; compare - hyp = {b['delta']:+.2f}, "
+                      f"p = {b['p_value']:.4f}, 95% CI [{b['ci95_b_minus_a'][0]:+.2f}, {b['ci95_b_minus_a'][1]:+.2f}]")
     if args.by_length:
         result["by_length"] = _by_length(args, hyp, ref)
     if args.tcp:
@@ -488,7 +493,7 @@ def cmd_entropy(args) -> int:
 
 
 def cmd_fba_map(args) -> int:
-    from .docflat import plot_attention_map, sentence_attention_map
+    from .methods.docflat import plot_attention_map, sentence_attention_map
     from .readers import read_documents
     from .translate import Translator
     refuse_overwrite(args.output, args.force)

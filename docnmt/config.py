@@ -1,9 +1,11 @@
 """Experiment configuration: one YAML per experiment, named presets, strict keys.
 
-A config has four sections -- ``model`` (:class:`docnmt.model.ModelConfig`), ``data``
-(:class:`docnmt.data.ModeConfig`), ``train`` (:class:`TrainConfig`) and ``decode``
-(:class:`docnmt.search.SearchConfig` plus batching) -- and may start from a named preset
-(``preset: transformer_small``) whose values it overrides. Presets live in
+A config has five sections -- ``model`` (:class:`docnmt.model.ModelConfig`), ``data``
+(:class:`docnmt.data.ModeConfig`), ``method`` (``name:`` and the settings of that method, a
+dataclass of the method's module, see :mod:`docnmt.methods`), ``train`` (:class:`TrainConfig`)
+and ``decode`` (:class:`docnmt.search.SearchConfig` plus batching) -- and may start from a named
+preset (``preset: transformer_small``) whose values it overrides. A run's ``config.yaml`` holds
+the ``method`` settings of its own method only. Presets live in
 ``docnmt/presets/*.yaml`` and may themselves name a parent preset. Unknown keys are errors,
 with a suggestion when a known key is close.
 """
@@ -17,8 +19,10 @@ from typing import Any
 
 import yaml
 
+from . import methods
 from .data import ModeConfig
 from .errors import ConfigError
+from .methods import NoOptions
 from .model import ModelConfig
 from .search import LENPEN_STYLES, SearchConfig
 
@@ -38,7 +42,7 @@ class TrainConfig:
     clip_norm: float = 0.0
     pretrained_lr_scale: float = 1.0   # lr of parameters initialised by --init-from, as a share of lr
     freeze_pretrained: bool = False    # train only the parameters --init-from did not set (two-step training)
-    word_dropout: float = 0.0    # P(word -> <mask>) on source and decoder input (SPEC §2.7)
+    word_dropout: float = 0.0    # P(word -> <mask>) on source and decoder input
     word_dropout_epochs: int = 0  # word dropout in epochs 1..N only; 0 = in every epoch
     max_update: int = 0          # 0 = no limit
     max_epoch: int = 0           # 0 = no limit
@@ -49,7 +53,8 @@ class TrainConfig:
     save_interval_updates: int = 0       # 0 = save at the end of every epoch only
     keep_last: int = 5                   # checkpoints kept for averaging
     valid_bleu: bool = False
-    attention_entropy: bool = True   # log validation attention entropy (SPEC §8.5) and self-attention distance per module kind
+    attention_entropy: bool = True   # log validation attention entropy and self-attention distance per module kind
+                                     # (docs/methods/discourse.md#attention-entropy)
     log_interval: int = 50
     seed: int = 1
     precision: str = "auto"      # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
@@ -62,8 +67,10 @@ class DecodeConfig(SearchConfig):
     max_tokens: int = 8000       # source tokens per decoding batch
     max_sentences: int = 64      # instances per decoding batch
     precision: str = "auto"      # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
-    official_start: bool = False  # G-Transformer: start from <s> as the official generator does (SPEC G4)
-    sliding: bool = False         # Doc2Doc models: sliding decoding of long documents (SPEC §6.3)
+    official_start: bool = False  # G-Transformer: start from <s> as the official code does
+                                  # (docs/methods/gtransformer.md#gt-decoder-start)
+    sliding: bool = False         # Doc2Doc models: sliding decoding of long documents
+                                  # (docs/methods/length_bias.md#sliding-decoding)
     sliding_window: float = 0.8   # window = this × data.max_instance_tokens source tokens
     sentence_count: bool = False  # separator formats: force the source's sentence count (implied by sliding)
     first_pass: str = ""          # DocFlat: pass 1 from a sentence model directory or a file of translations; "" = the model itself
@@ -75,13 +82,16 @@ class Config:
     data: ModeConfig = field(default_factory=ModeConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    method: Any = field(default_factory=NoOptions)    # the settings of method ``method_name``
+    method_name: str = "transformer"
 
-    SECTIONS = {"model": ModelConfig, "data": ModeConfig, "train": TrainConfig, "decode": DecodeConfig}
+    SECTIONS = {"model": ModelConfig, "data": ModeConfig, "method": None, "train": TrainConfig, "decode": DecodeConfig}
 
     def to_dict(self) -> dict:
         out = {}
         for name in self.SECTIONS:
             d = dataclasses.asdict(getattr(self, name))
+            d = {"name": self.method_name, **d} if name == "method" else d
             out[name] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
         return out
 
@@ -94,18 +104,30 @@ class Config:
         base = {}
         if "preset" in raw:
             base = load_preset_dict(raw.pop("preset"))
-        merged = merge(base, raw)
+        merged = merge_config(_migrate(base), _migrate(raw))
         _check_keys(merged, cls.SECTIONS, origin)
+        method = dict(merged.get("method") or {})
+        name = str(method.pop("name", "transformer"))
+        try:
+            klasses = {**cls.SECTIONS, "method": methods.options_class(name)}
+        except ConfigError as e:
+            raise ConfigError(f"{origin}: method: {e}") from None
+        merged["method"] = method
         sections = {}
-        for name, klass in cls.SECTIONS.items():
-            values = merged.get(name) or {}
-            _check_keys(values, {f.name: None for f in dataclasses.fields(klass)}, f"{origin}: {name}")
+        for section, klass in klasses.items():
+            values = merged.get(section) or {}
+            _check_keys(values, _fields(klass), f"{origin}: {section}" + (f" ({name})" if section == "method" else ""))
             try:
-                sections[name] = klass(**{k: _coerce(klass, k, v) for k, v in values.items()})
+                sections[section] = klass(**{k: _coerce(klass, k, v) for k, v in values.items()})
             except (TypeError, ValueError, ConfigError) as e:
-                raise ConfigError(f"{origin}: {name}: {e}") from None
+                raise ConfigError(f"{origin}: {section}: {e}") from None
         _check_limits(sections, origin)
-        return cls(**sections)
+        cfg = cls(**sections, method_name=name)
+        try:
+            methods.joiner_class(cfg.data.separator)
+        except ConfigError as e:
+            raise ConfigError(f"{origin}: data: {e}") from None
+        return cfg
 
     @classmethod
     def load(cls, path_or_preset: str | Path) -> "Config":
@@ -123,12 +145,47 @@ class Config:
         return cls.from_dict(raw, str(path))
 
     def override(self, dotted: dict[str, Any]) -> "Config":
-        """A copy with ``{"train.lr": 1e-3, ...}`` applied (CLI flags and ``--set``)."""
+        """A copy with ``{"train.lr": 1e-3, ...}`` applied (CLI flags and ``--set``). Naming
+        another method (``method.name``) starts its ``method:`` section from that method's
+        defaults."""
         d = self.to_dict()
+        new_name = dotted.get("method.name", dotted.get("model.method"))
+        if new_name is not None and str(new_name) != self.method_name:
+            d["method"] = {"name": str(new_name)}
         for key, value in dotted.items():
             section, _, name = key.partition(".")
             d.setdefault(section, {})[name] = value
         return Config.from_dict(d, "command line")
+
+
+def _fields(klass) -> dict:
+    return {f.name: None for f in dataclasses.fields(klass)}
+
+
+def _migrate(raw: dict) -> dict:
+    """Configs written before methods had a section of their own kept the method's name as
+    ``model.method`` and every method's settings in ``model``: move the named method's settings
+    to ``method:`` and drop the others' (they never applied)."""
+    model = raw.get("model")
+    if not isinstance(model, dict):
+        return raw
+    other = {k for m in methods.METHODS.values() for k in _fields(m.options)}
+    if "method" not in model and not (other & model.keys()):
+        return raw
+    model, method = dict(model), dict(raw.get("method") or {})
+    name = str(model.pop("method", method.get("name", "transformer")))
+    try:
+        own = _fields(methods.options_class(name))
+    except ConfigError:
+        own = {}
+    if name != method.get("name", "transformer"):     # another method named the old way: its settings only
+        method = {k: v for k, v in method.items() if k in own}
+    method["name"] = name
+    for key in other & model.keys():
+        value = model.pop(key)
+        if key in own:
+            method.setdefault(key, value)
+    return {**raw, "model": model, "method": method}
 
 
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")   # auto: bf16 (fp16 without it) on CUDA, fp32 on CPU
@@ -145,9 +202,9 @@ _PROBABILITY = (lambda v: 0 <= v < 1, "in [0, 1)")
 # values outside these ranges are ConfigErrors (instead of a crash or a silently empty result)
 LIMITS = {
     "model": {"dropout": _PROBABILITY, "attention_dropout": _PROBABILITY, "activation_dropout": _PROBABILITY,
-              "d_model": _AT_LEAST_1, "heads": _AT_LEAST_1, "ffn_dim": _AT_LEAST_1, "max_positions": _AT_LEAST_1,
-              "rel_max_distance": _AT_LEAST_1},
-    "data": {"context": _AT_LEAST_0, "min_train_doc_sents": _AT_LEAST_0, "max_train_sent_tokens": _AT_LEAST_0},
+              "d_model": _AT_LEAST_1, "heads": _AT_LEAST_1, "ffn_dim": _AT_LEAST_1, "max_positions": _AT_LEAST_1},
+    "data": {"context": _AT_LEAST_0, "min_train_doc_sents": _AT_LEAST_0, "max_train_sent_tokens": _AT_LEAST_0,
+             "dls_epoch_offset": _AT_LEAST_0},
     "train": {"max_tokens": _AT_LEAST_1, "update_freq": _AT_LEAST_1, "lr": (lambda v: v > 0, "above 0"),
               "label_smoothing": _PROBABILITY, "word_dropout": _PROBABILITY, "keep_last": _AT_LEAST_1,
               "log_interval": _AT_LEAST_1, "pretrained_lr_scale": _AT_LEAST_0,
@@ -185,7 +242,17 @@ def load_preset_dict(name: str, _seen: tuple = ()) -> dict:
         raise ConfigError(f"preset cycle through {name!r}")
     raw = yaml.safe_load(path.read_text()) or {}
     parent = raw.pop("preset", None)
-    return merge(load_preset_dict(parent, _seen + (name,)), raw) if parent else raw
+    return merge_config(_migrate(load_preset_dict(parent, _seen + (name,))), _migrate(raw)) if parent else raw
+
+
+def merge_config(base: dict, over: dict) -> dict:
+    """``over`` on top of ``base``; a ``method:`` section naming another method replaces the
+    base's instead of adding to it."""
+    b_method, o_method = base.get("method"), over.get("method")
+    if isinstance(b_method, dict) and isinstance(o_method, dict) and \
+            o_method.get("name", b_method.get("name")) != b_method.get("name"):
+        base = {k: v for k, v in base.items() if k != "method"}
+    return merge(base, over)
 
 
 def merge(base: dict, over: dict) -> dict:

@@ -1,10 +1,11 @@
-"""Contrastive evaluation (SPEC §8.4): score every candidate of a test-suite example by the
-model's log-probability of the current target sentence in its context, pick the best, and
-report accuracy with its breakdowns, and compare two systems on the same examples with an exact
-McNemar test (:func:`paired_test`).
+"""Contrastive evaluation (docs/methods/discourse.md#contrastive-scoring): score every candidate
+of a test-suite example by the model's log-probability of the current target sentence in its
+context, pick the best, and report accuracy with its breakdowns, and compare two systems on the
+same examples with an exact McNemar test (:func:`paired_test`).
 
-Ties count as errors (SPEC C27, ``accuracy``); the lenient count, where a tie with the correct
-candidate counts as right (D2DToolkits' argmax with the reference first), is ``accuracy_lenient``.
+Ties count as errors (``accuracy``, docs/methods/discourse.md#contrastive-ties); the lenient
+count, where a tie with the correct candidate counts as right (D2DToolkits' argmax with the
+reference first), is ``accuracy_lenient``.
 """
 from __future__ import annotations
 

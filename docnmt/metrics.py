@@ -1,4 +1,4 @@
-"""Sentence- and document-level BLEU/chrF (SPEC §8.1–§8.3) and paired bootstrap resampling.
+"""Sentence- and document-level BLEU/chrF and paired bootstrap resampling (docs/methods/discourse.md).
 
 All scores come from SacreBLEU (default settings: 13a tokenisation, exp smoothing for BLEU,
 chrF with char order 6 / word order 0); we only decide *what* is scored:

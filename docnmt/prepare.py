@@ -45,7 +45,7 @@ def resolve_prefix(prefix: str, src_lang: str, tgt_lang: str, fmt: str = "auto")
 def read_split(prefixes: list[str], src_lang: str, tgt_lang: str, fmt: str = "auto") -> list[Document]:
     """The documents of one split. A sentence-level corpus (one sentence per line, no document
     structure: ``meta["sentence_level"]``) becomes one single-sentence document per line, so
-    no instance ever joins its unrelated sentences ("+sent" data, PROTOCOL.md)."""
+    no instance ever joins its unrelated sentences ("+sent" data, docs/benchmarks.md#tier-m-miniature)."""
     docs: list[Document] = []
     names = [Path(p).name for p in prefixes]
     unique = len(set(names)) == len(names)   # else a/train and b/train are told apart by their paths

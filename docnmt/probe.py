@@ -1,4 +1,5 @@
-"""Position probing of encoder states (SPEC §8.6; P-Transformer's Figures 1-3 and 6).
+"""Position probing of encoder states (docs/methods/discourse.md#position-probing; P-Transformer's
+Figures 1-3 and 6).
 
 For every encoder layer of a frozen docnmt model, linear classifiers (a linear layer and a
 softmax: no hidden layer) are trained on one set of documents, selected on a second and scored on
@@ -10,9 +11,10 @@ a third:
 
 The inputs are what the model reads at translation time (sentences for Sent2Sent, ≤512-token
 instances for Doc2Doc), or sub-documents of at most I tokens for the input-length study.
-Choices where the paper is silent (SPEC §8.6): Adam lr 1e-3, batch 64, at most 50 epochs, early
-stopping on validation accuracy with patience 5; pairs: for every position i one partner j drawn
-uniformly within ±K (j ≠ i) inside its sequence, from an RNG seeded per run.
+Choices where the paper is silent (docs/methods/discourse.md#probe-settings): Adam lr 1e-3,
+batch 64, at most 50 epochs, early stopping on validation accuracy with patience 5; pairs: for
+every position i one partner j drawn uniformly within ±K (j ≠ i) inside its sequence, from an
+RNG seeded per run.
 """
 from __future__ import annotations
 
@@ -270,7 +272,7 @@ def run(models: list[str], splits: dict[str, list[Document]], out_dir: Path, s: 
     for path in models:
         name = Path(path).name
         tr = Translator.load(path, device="cpu")
-        log(f"{name} ({tr.cfg.data.mode}, {tr.cfg.model.method})")
+        log(f"{name} ({tr.cfg.data.mode}, {tr.cfg.method_name})")
         results[name] = probe_model(tr, splits, s, log=log)
         top = len(tr.model.encoder.layers) - 1
         for n in input_lengths:

@@ -1,6 +1,6 @@
 """Teacher-forced passes of a trained model over given translations: the log-probability of a
-sentence in its context (contrastive test suites, SPEC §8.4) and the attention entropy per module
-(SPEC §8.5) of any model on any parallel documents.
+sentence in its context (contrastive test suites, docs/methods/discourse.md#contrastive-scoring) and the attention
+entropy per module (docs/methods/discourse.md#attention-entropy) of any model on any parallel documents.
 
 Both build the model's input exactly as translation does for the model's mode (the same
 :class:`~docnmt.data.Joiner`, instance rows and context input), so a Doc2Sent model sees its K
@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .attention import AttentionProbe, module_kind
 from .data import Corpus, InstanceSet, build_instances, model_inputs, sentence_costs
 from .document import Document
 from .errors import DataError
-from .model import AttentionProbe
 
 
 def last_sentence_rows(translator, corpus: Corpus, max_context: int | None = None) -> np.ndarray:
@@ -44,7 +44,7 @@ def last_sentence_rows(translator, corpus: Corpus, max_context: int | None = Non
         start = np.maximum(first, last - data.context)
         return np.stack([start, last + 1, start], 1)
     budget = min(data.max_instance_tokens if data.max_instance_tokens > 0 else max_pos, max_pos)
-    costs = sentence_costs(corpus)           # the training split's rule (SPEC §2.3): add while C + c_k < budget
+    costs = sentence_costs(corpus)           # the training split's rule: add while C + c_k < budget
     rows = []
     for a0, n in zip(first.tolist(), last.tolist()):
         a, total = n, int(costs[n])
@@ -64,7 +64,7 @@ def teacher_forced(translator, corpus: Corpus, rows: np.ndarray, *, max_tokens: 
     model, device = translator.model, translator.device
     iset = InstanceSet(corpus, rows, translator.joiner)
     # a DocFlat model scores every instance alone: candidates must not see each other through FBA
-    alone = 1 if translator.cfg.model.method == "docflat" else None
+    alone = 1 if translator.method.score_alone else None
     batches = iset.batches(max_tokens or translator.cfg.decode.max_tokens, shuffle=False, max_sentences=alone)
     pad = translator.vocab.pad
     with tqdm(total=len(rows), desc=desc, unit="inst", disable=not progress, leave=False) as bar:
@@ -89,7 +89,8 @@ def sentence_logprobs(translator, docs: list[Document], max_context: int | None 
                       progress: bool = False, max_tokens: int | None = None) -> np.ndarray:
     """Σ log p over the target tokens of each document's **last** sentence (with its separator
     or end token), teacher-forced after the document's earlier target sentences where the
-    model's mode has target context (SPEC §8.4). The earlier sentences are the context."""
+    model's mode has target context (docs/methods/discourse.md#contrastive-scoring). The earlier
+    sentences are the context."""
     if any(d.tgt is None or len(d.tgt) != len(d.src) or not d.src for d in docs):
         raise DataError("every scored document needs as many target as source sentences, at least one")
     corpus = Corpus.encode(docs, translator.vocab, max_sentence_tokens=translator.cfg.model.max_positions - 2,
@@ -107,11 +108,11 @@ def sentence_logprobs(translator, docs: list[Document], max_context: int | None 
 
 def attention_entropy(translator, docs: list[Document], progress: bool = False,
                       max_tokens: int | None = None) -> dict:
-    """Attention entropy in bits per module kind (SPEC §8.5: head-averaged weights, mean over
-    the real queries of an instance, mean over layers and instances) of the model on parallel
-    documents, cut into instances as at test time; also the mean self-attention distance in tokens
-    per module kind (``AttentionProbe``) and the teacher-forced NLL in bits/token."""
-    from .train import EntropyMeter
+    """Attention entropy in bits per module kind (docs/methods/discourse.md#attention-entropy:
+    head-averaged weights, mean over the real queries of an instance, mean over layers and
+    instances) of the model on parallel documents, cut into instances as at test time; also the
+    mean self-attention distance in tokens per module kind (``AttentionProbe``) and the
+    teacher-forced NLL in bits/token."""
     if any(d.tgt is None for d in docs):
         raise DataError("attention entropy needs parallel documents (source and target)")
     corpus = Corpus.encode(docs, translator.vocab, max_sentence_tokens=translator.cfg.model.max_positions - 2)
@@ -124,3 +125,32 @@ def attention_entropy(translator, docs: list[Document], progress: bool = False,
         ntok += batch["ntokens"]
     return {"instances": len(rows), "nll_bits_per_token": nll / max(ntok, 1) / math.log(2),
             "entropy_bits": meter.result(), "self_distance_tokens": meter.result("distance")}
+
+
+class EntropyMeter:
+    """Attention entropy per module kind (docs/methods/discourse.md#attention-entropy): per
+    instance the mean over its real (non-pad) queries of the entropy in bits of the head-averaged
+    weights, averaged over the layers of that kind and over instances; the same for the
+    self-attention distance in tokens (``AttentionProbe``)."""
+
+    def __init__(self):
+        self.sums: dict[tuple[str, str], float] = {}
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def add(self, probe: AttentionProbe, batch: dict, pad: int) -> None:
+        for stat, recorded in (("entropy", probe.entropy), ("distance", probe.distance)):
+            for name, records in recorded.items():
+                kind = module_kind(name)
+                side = "ctx" if kind.startswith("ctx") else "src" if kind.startswith("enc") else "tgt_in"
+                real = batch[side].ne(pad)
+                for h in records:
+                    if h.shape != real.shape:  # flat-batch attention (DocFlat): one row of the batch's real tokens
+                        real = torch.ones_like(h, dtype=torch.bool)
+                    per_instance = (h * real).sum(1) / real.sum(1).clamp_min(1)
+                    key = (stat, kind)
+                    self.sums[key] = self.sums.get(key, 0.0) + float(per_instance.sum())
+                    self.counts[key] = self.counts.get(key, 0) + h.size(0)
+
+    def result(self, stat: str = "entropy") -> dict[str, float]:
+        """Per module kind: ``entropy`` in bits, or ``distance`` in tokens (self-attention only)."""
+        return {k: self.sums[s, k] / self.counts[s, k] for s, k in sorted(self.sums) if s == stat}

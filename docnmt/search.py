@@ -16,12 +16,13 @@ One search for every method. Its extension points:
 * ``banned``: token ids never generated (pad, ``<s>``, ``<mask>``, …).
 
 Scores follow fairseq: sum of token log-probabilities divided by ``length ** lenpen`` (or GNMT's
-``((5 + length) / 6) ** lenpen`` with ``lenpen_style: gnmt``, SPEC §7.5) with the
+``((5 + length) / 6) ** lenpen`` with ``lenpen_style: gnmt``, docs/methods/context_transformer.md#decoding) with the
 length counting ``</s>``; a sentence is finished once ``beam`` hypotheses have ended, and it is
 then dropped from the batch so the remaining sentences run faster. A forced prefix is context,
 not output: its tokens cost nothing and do not count in the length, so only the generated part
-is normalised (sliding decoding "beam-searches only the new sentences", SPEC §6.3; two-pass
-decoding only the current one, §5.5), and a long prefix does not weaken the length penalty.
+is normalised (sliding decoding "beam-searches only the new sentences", docs/methods/length_bias.md#sliding-decoding;
+two-pass decoding only the current one, docs/methods/docflat.md#decoding-two-passes-batch-by-batch), and
+a long prefix does not weaken the length penalty.
 """
 from __future__ import annotations
 
@@ -47,7 +48,6 @@ class SearchConfig:
 
 
 LENPEN_STYLES = ("fairseq", "gnmt")
-SHARED_PREFILL = True   # False: a forced prefix goes through the decoder once per beam (tests compare)
 
 
 @dataclass
@@ -124,9 +124,7 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     start = int(pre_len.min()) if forced is not None else 0
     if start:
         tokens = torch.cat([tokens, forced[:, :start].repeat_interleave(K, 0)], dim=1)
-        if SHARED_PREFILL:
-            model.decode(tokens[::K, :start], enc, cache)
-            model.expand_cache(cache, torch.arange(B, device=device).repeat_interleave(K))
+        _prefill(model, tokens[::K, :start], enc, cache, K)
     enc = enc.expand_beams(K)
     for step in range(start, int(max_len.max()) + 1):
         n = alive.numel()
@@ -172,7 +170,8 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
         new_tok = top_tok.gather(1, pick)
         # ranks left without a finite candidate (while a prefix is forced, all but rank 0) repeat
         # rank 0 rather than carry arbitrary tokens: they can never win, but models whose rows
-        # see each other (DocFlat's decoder FBA, rank r of every input, C16) attend to them
+        # see each other (DocFlat's decoder FBA, rank r of every input: docs/methods/docflat.md#df-beams)
+        # attend to them
         dead = ~torch.isfinite(cont_scores)
         src_rows = torch.where(dead, src_rows[:, :1], src_rows)
         new_tok = torch.where(dead, new_tok[:, :1], new_tok)
@@ -189,6 +188,14 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
             enc = enc.select(static)
         model.reorder_cache(cache, order, static, K)
     return [sorted(f, key=lambda h: -h.score)[: cfg.nbest] for f in finished]
+
+
+def _prefill(model: Transformer, tokens: Tensor, enc, cache: dict, beams: int) -> None:
+    """Feed the shared forced prefix ``tokens`` (one row per input) through the decoder once and
+    copy the cache to every beam. (Without it, the first step below would feed the prefix once
+    per beam: the same states, more work.)"""
+    model.decode(tokens, enc, cache)
+    model.expand_cache(cache, torch.arange(tokens.size(0), device=tokens.device).repeat_interleave(beams))
 
 
 def _next_lprobs(model: Transformer, hidden: Tensor, forced: Tensor) -> Tensor:

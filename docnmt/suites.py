@@ -1,4 +1,4 @@
-"""Readers for contrastive discourse test suites in their own formats (SPEC §8.4).
+"""Readers for contrastive discourse test suites in their own formats (docs/methods/discourse.md#contrastive-scoring).
 
 Every reader returns :class:`ContrastiveExample` objects: a current source sentence with its
 source context, and candidate translations, each a current target sentence with its own target
@@ -239,7 +239,8 @@ def read_contrapro(path: Path, lang: tuple[str, str] = ("en", "de")) -> list[Con
     for f in names:
         if not f.exists():
             raise DataError(f"missing {f.name}: build it with ContraPro's conversion_scripts/json2text_and_context.pl "
-                            f"--source {lang[0]} --target {lang[1]} --context N (see docs/discourse.md)", f)
+                            f"--source {lang[0]} --target {lang[1]} --context N "
+                            "(see docs/methods/discourse.md#contrastive-scoring)", f)
     ts, tt, cs, ct = (f.read_text(encoding="utf-8").split("\n") for f in names)
     ts, tt = (x[:-1] if x and x[-1] == "" else x for x in (ts, tt))
     n_lines = sum(1 + len(ex.get("errors", [])) for ex in data)

@@ -1,4 +1,4 @@
-"""TCP, the Zh→En discourse metric of Sun et al. (2022) (SPEC §8.7), on their PDC test set.
+"""TCP, the Zh→En discourse metric of Sun et al. (2022) (docs/methods/discourse.md#tcp), on their PDC test set.
 
 ``en.candidates`` has one line per test document: tab-separated labels ``POS:alt1,alt2,…``, POS
 a word position in the tokenised reference ``en.tok``. A label is hit when, at the position

@@ -16,7 +16,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,11 +26,13 @@ from tqdm.auto import tqdm
 
 from .checkpoint import (WEIGHTS, atomic_write, last_checkpoint, load_state, load_weights, save_checkpoint,
                          save_weights)
+from . import methods
+from .attention import AttentionProbe
 from .config import TRAIN_PRECISIONS, Config
-from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, word_dropout
+from .data import Corpus, InstanceSet, build_instances, model_inputs, word_dropout
 from .errors import ConfigError, DocnmtError
-from .model import AttentionProbe, module_kind
-from .translate import Translator, build_model
+from .methods import build_model
+from .scoring import EntropyMeter
 from .vocab import Vocab
 
 log = logging.getLogger("docnmt.train")
@@ -40,70 +42,10 @@ log = logging.getLogger("docnmt.train")
 # Pieces
 # --------------------------------------------------------------------------------------------
 
-class EntropyMeter:
-    """Attention entropy per module kind (SPEC §8.5): per instance the mean over its real
-    (non-pad) queries of the entropy in bits of the head-averaged weights, averaged over the
-    layers of that kind and over instances; the same for the self-attention distance in tokens
-    (``AttentionProbe``)."""
-
-    def __init__(self):
-        self.sums: dict[tuple[str, str], float] = {}
-        self.counts: dict[tuple[str, str], int] = {}
-
-    def add(self, probe: AttentionProbe, batch: dict, pad: int) -> None:
-        for stat, recorded in (("entropy", probe.entropy), ("distance", probe.distance)):
-            for name, records in recorded.items():
-                kind = module_kind(name)
-                side = "ctx" if kind.startswith("ctx") else "src" if kind.startswith("enc") else "tgt_in"
-                real = batch[side].ne(pad)
-                for h in records:
-                    if h.shape != real.shape:  # flat-batch attention (DocFlat): one row of the batch's real tokens
-                        real = torch.ones_like(h, dtype=torch.bool)
-                    per_instance = (h * real).sum(1) / real.sum(1).clamp_min(1)
-                    key = (stat, kind)
-                    self.sums[key] = self.sums.get(key, 0.0) + float(per_instance.sum())
-                    self.counts[key] = self.counts.get(key, 0) + h.size(0)
-
-    def result(self, stat: str = "entropy") -> dict[str, float]:
-        """Per module kind: ``entropy`` in bits, or ``distance`` in tokens (self-attention only)."""
-        return {k: self.sums[s, k] / self.counts[s, k] for s, k in sorted(self.sums) if s == stat}
-
-
-def plot_dls_lengths(corpus: Corpus, mode, seed: int, last_epoch: int, path: Path, curves: int = 8) -> None:
-    """dls_lengths.png: the distribution of training segment lengths (source tokens) in up to
-    ``curves`` epochs from 1 to ``last_epoch`` under dynamic length sampling (the paper's
-    Figures 2 and 6). The segmentations are recomputed: they depend only on (seed, epoch)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from .data import dls_temperature
-    csum = np.concatenate([[0], np.cumsum(corpus.src.lengths + mode.dls_marks)])
-    epochs = sorted(set(np.linspace(1, max(1, last_epoch), min(curves, max(1, last_epoch))).round().astype(int)))
-    fig, ax = plt.subplots(figsize=(6, 4))
-    bins = np.linspace(0, mode.max_instance_tokens, 33)
-    for e in epochs:
-        rows = build_instances(corpus, replace(mode, mix_sentences=False), epoch=int(e), seed=seed)
-        lengths = csum[rows[:, 1]] - csum[rows[:, 0]]
-        ax.hist(lengths, bins=bins, histtype="step", density=True,
-                label=f"epoch {e} (T={dls_temperature(int(e), mode.dls_start_epoch):.3g}, mean {lengths.mean():.0f})")
-    ax.set_xlabel("segment length (source tokens)"); ax.set_ylabel("density"); ax.set_yscale("log")
-    ax.set_title("dynamic length sampling"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def inverse_sqrt(peak: float, warmup: int):
     """fairseq ``inverse_sqrt`` as a factor of the peak: u/W during warm-up, sqrt(W/u) after."""
     warmup = max(1, warmup)
     return lambda u: (max(u, 1) / warmup) if u < warmup else math.sqrt(warmup / max(u, 1))
-
-
-def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL of logits (a reference for tests)."""
-    lprobs = torch.log_softmax(logits.float(), dim=-1)
-    nll = -lprobs.gather(1, target[:, None]).squeeze(1)
-    return ((1.0 - eps) * nll - eps * lprobs.mean(-1)).sum(), nll.sum().detach()
 
 
 def forward_loss(model, batch: dict, eps: float) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -182,8 +124,7 @@ class Trainer:
         self.device = torch.device(f"cuda:{self.dist.local_rank}" if torch.cuda.is_available() else "cpu")
         self.progress_bar = progress_bar and self.dist.main
         self.vocab = Vocab.load(self.data_dir)
-        self.joiner = make_joiner(self.vocab, cfg.data.separator, cfg.data.context_input,
-                                  cfg.data.context_self)
+        self.joiner = methods.data_joiner(self.vocab, cfg.data)
         self.train_corpus = Corpus.load(self.data_dir, "train")
         self.valid = None
         if (self.data_dir / "valid.docs.npy").exists():
@@ -209,8 +150,8 @@ class Trainer:
 
     # ---- set-up ------------------------------------------------------------------------------
     def make_train_set(self, epoch: int) -> InstanceSet:
-        """The training instances of an epoch (a hook: dynamic segmentation rebuilds them)."""
-        rows = build_instances(self.train_corpus, self.cfg.data, epoch=epoch, seed=self.cfg.train.seed)
+        """The training instances of an epoch (dynamic length sampling draws them anew)."""
+        rows = methods.training_rows(self.train_corpus, self.cfg.data, epoch, self.cfg.train.seed)
         if not len(rows):
             raise ConfigError("no training instances: data.min_train_doc_sents "
                               f"({self.cfg.data.min_train_doc_sents}) or data.max_train_sent_tokens "
@@ -218,15 +159,16 @@ class Trainer:
         return InstanceSet(self.train_corpus, rows, self.joiner)
 
     def _begin_epoch(self) -> None:
-        """Per-epoch model state: the mean instance lengths of length-aware attention (set when
-        an epoch's training starts, so the checkpoint after it holds that epoch's values)."""
-        if self.model.length_scale is not None:
-            self.model.length_scale.set_means(float(self.train_set.src_lens.mean()), float(self.train_set.tgt_lens.mean()))
+        """Per-epoch model state: the mean training instance lengths (length-aware attention uses
+        them; set when an epoch's training starts, so the checkpoint after it holds that epoch's
+        values)."""
+        self.model.set_training_lengths(float(self.train_set.src_lens.mean()), float(self.train_set.tgt_lens.mean()))
 
     def _build_optimizer(self) -> None:
         """Adam under one inverse-sqrt schedule; parameters initialised from another model
-        (``self.pretrained``) form their own group at ``lr × pretrained_lr_scale`` (SPEC §3.4),
-        or are frozen with ``freeze_pretrained`` (SPEC §7.4)."""
+        (``self.pretrained``) form their own group at ``lr × pretrained_lr_scale``
+        (docs/methods/gtransformer.md#fine-tuning-from-a-sentence-model), or are frozen with
+        ``freeze_pretrained`` (docs/methods/context_transformer.md#two-step-training)."""
         tc = self.cfg.train
         named, copied = dict(self.model.named_parameters()), set(self.pretrained)
         old = [named[n] for n in self.pretrained if n in named]
@@ -472,6 +414,7 @@ class Trainer:
         docs = [Document(corpus.docids[d], [self.vocab.decode(corpus.src[i], side="src")
                                             for i in corpus.doc_range(d)]) for d in range(corpus.n_docs)]
         refs = [[self.vocab.decode(corpus.tgt[i]) for i in corpus.doc_range(d)] for d in range(corpus.n_docs)]
+        from .translate import Translator        # only for this optional metric
         translator = Translator(self.model, self.vocab, self.cfg, self.device)
         hyps, _ = translator.translate(docs)
         result = evaluate_documents([h.tgt for h in hyps], refs, lowercase_too=False, metrics=("bleu",))
@@ -567,6 +510,4 @@ class Trainer:
         fig.tight_layout()
         fig.savefig(self.save_dir / "learning_curve.png", dpi=100)
         plt.close(fig)
-        if self.cfg.data.dls and self.cfg.data.mode == "doc2doc":
-            plot_dls_lengths(self.train_corpus, self.cfg.data, self.cfg.train.seed, self.progress.epoch,
-                             self.save_dir / "dls_lengths.png")
+        methods.training_plots(self.cfg, self.train_corpus, self.save_dir, self.progress.epoch)

@@ -1,55 +1,33 @@
 """Translating whole documents with a trained model, walking each document as its mode needs.
 
 Sent2Sent translates sentence by sentence; Doc2Sent feeds the previous source sentences as
-context; Doc2Doc (and MR) splits each document into instances the model can take (SPEC §2.3
-rule on source lengths), translates them and splits each output back into sentences with the
-recovery rules of SPEC §8.1. Every source sentence gets exactly one output line; sentences whose
-translation came back empty or merged are counted in the coverage report.
+context; Doc2Doc (and MR) splits each document into instances the model can take (the training
+split's rule on source lengths), translates them and splits each output back into sentences with
+the recovery rules of docs/methods/baselines.md. Every source sentence gets exactly one output
+line; sentences whose translation came back empty or merged are counted in the coverage report.
+How the documents are walked (one round of instances, sliding windows, two passes) is the
+decoding walk :func:`docnmt.methods.decode_walk` picks; a method's start token and search
+constraints are its hooks.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import context_transformer, docflat, gtransformer, ptransformer
+from . import methods
 from .checkpoint import WEIGHTS, load_weights
 from .config import DECODE_PRECISIONS, Config
-from .data import Corpus, InstanceSet, build_instances, make_joiner, model_inputs, sent_instances
+from .data import Corpus, InstanceSet, model_inputs
 from .document import Document
-from .errors import ConfigError, DataError, DocnmtError
-from .model import AttentionPolicy, Transformer
-from .readers import DOC_MARK, read_text
+from .errors import DataError, DocnmtError
+from .methods import build_model
+from .model import Transformer
 from .search import NoRepeatNgram, SearchConfig, beam_search, with_processor
-from .sliding import SentenceCount, sliding_windows
 from .vocab import Vocab
-
-
-def build_model(cfg: Config, vocab: Vocab) -> Transformer:
-    """The model a config describes (methods add their policy and sublayers here)."""
-    cfg.model.vocab_size, cfg.model.pad_id = len(vocab), vocab.pad
-    if cfg.model.method == "gtransformer":
-        if cfg.data.separator != "group":
-            raise ConfigError("a G-Transformer needs the group data format (data.separator: group)")
-        return gtransformer.build(cfg.model, vocab.bos, vocab.id("<eod>"))
-    if cfg.model.method == "ptransformer":
-        return ptransformer.build(cfg.model)
-    if cfg.model.method == "context_transformer":
-        if cfg.data.context_input <= 0:
-            raise ConfigError("a context-encoder Transformer needs data.context_input > 0 (previous sentences)")
-        return context_transformer.build(cfg.model)
-    if cfg.model.method == "docflat":
-        if cfg.data.mode != "pseudodoc" or cfg.data.batch_order == "sorted":
-            raise ConfigError("a DocFlat model needs pseudo-documents in ordered batches "
-                              "(data.mode: pseudodoc, data.batch_order: ordered or strict)")
-        return docflat.build(cfg.model, (vocab.sep(1), vocab.sep(vocab.max_sep)), vocab.id("<mask>"))
-    if cfg.model.method != "transformer":
-        raise ConfigError(f"unknown model.method {cfg.model.method!r}; choose transformer, gtransformer, "
-                          "ptransformer, context_transformer or docflat")
-    return Transformer(cfg.model, AttentionPolicy(cfg.model))
 
 
 @dataclass
@@ -57,7 +35,7 @@ class CoverageReport:
     documents: int = 0
     sentences: int = 0
     instances: int = 0
-    malformed_instances: int = 0      # separator structure not as expected (repaired by §8.1 rules)
+    malformed_instances: int = 0      # separator structure not as expected (repaired by the recovery rules)
     empty_sentences: int = 0          # source sentences whose translation came back empty
     documents_with_problems: list = field(default_factory=list)
 
@@ -69,7 +47,7 @@ class CoverageReport:
         return (f"coverage: {self.documents_fully_recovered}/{self.documents} documents fully recovered, "
                 f"{self.empty_sentences}/{self.sentences} sentences empty, "
                 f"{self.malformed_instances}/{self.instances} instances with merged or missing sentences "
-                "(repaired by the SPEC §8.1 rules)")
+                "(repaired by the recovery rules)")
 
     def as_dict(self) -> dict:
         """The report as ``docnmt translate --report`` writes it (JSON), with the paper's
@@ -87,8 +65,8 @@ class Translator:
     def __init__(self, model: Transformer, vocab: Vocab, cfg: Config, device: str | torch.device = "cpu"):
         self.model, self.vocab, self.cfg = model.eval().to(device), vocab, cfg
         self.device = torch.device(device)
-        self.joiner = make_joiner(vocab, cfg.data.separator, cfg.data.context_input,
-                                  cfg.data.context_self)
+        self.joiner = methods.data_joiner(vocab, cfg.data)
+        self.method = methods.get(cfg.method_name)
 
     @classmethod
     def load(cls, model_dir: str | Path, weights: str | Path | None = None, device: str | None = None) -> "Translator":
@@ -115,20 +93,15 @@ class Translator:
         return sorted(specials - self.joiner.output_specials(sentence_targets) - {self.joiner.end})
 
     def start_token(self, search, first: int = 1) -> int:
-        """The token decoding starts from: the format's (for an instance whose first target
-        sentence is sentence ``first`` of its document), or ``<s>`` for a G-Transformer with
-        ``official_start`` (the official generator's start, which training never shows, SPEC G4)."""
-        if self.cfg.model.method == "gtransformer" and getattr(search, "official_start", False):
-            return self.vocab.bos
-        return self.joiner.start_for(first)
+        """The token decoding starts from: the method's, or the format's (for an instance whose
+        first target sentence is sentence ``first`` of its document)."""
+        hook = self.method.start_token
+        token = hook(self, search, first) if hook is not None else None
+        return self.joiner.start_for(first) if token is None else token
 
     def constraints(self, src: torch.Tensor) -> dict:
-        """Method-specific search arguments: G-Transformer's sentence frame (SPEC §3.5)."""
-        if self.cfg.model.method != "gtransformer":
-            return {}
-        v = self.vocab
-        frame = gtransformer.FrameConstraint(src, v.bos, v.eos, v.pad, self.joiner.end)
-        return {"processors": [frame], "max_len": frame.max_len()}
+        """The method's extra search arguments for a batch (G-Transformer's sentence frame)."""
+        return self.method.search_args(self, src) if self.method.search_args is not None else {}
 
     def translate(self, docs: list[Document] | list[list[str]], search: SearchConfig | None = None,
                   progress: bool = False, origin: str = "input") -> tuple[list[Document], CoverageReport]:
@@ -140,7 +113,8 @@ class Translator:
         search = search or self.cfg.decode
         max_pos = self.cfg.model.max_positions
         corpus = Corpus.encode(docs, self.vocab, max_sentence_tokens=max_pos - 2, origin=origin)
-        rounds = self._rounds(corpus, search)
+        walk = methods.decode_walk(self.cfg, search)
+        rounds = walk.rounds(self, corpus, search)
         if not getattr(search, "sliding", False) and (self.cfg.data.max_instance_tokens > 0
                                                       or not self.cfg.data.is_document_level):
             check_lengths(InstanceSet(corpus, rounds[0][0], self.joiner), max_pos, origin)
@@ -149,68 +123,12 @@ class Translator:
                                 instances=sum(len(rows) for rows, _ in rounds))
         bad_docs: set[int] = set()     # documents with an instance whose sentences came back merged
         bar = tqdm(total=report.instances, desc="translate", unit="inst", disable=not progress, leave=False)
-        if self.cfg.data.mode == "pseudodoc":      # two-pass decoding (SPEC §5.5)
-            first = self._first_pass(docs, corpus, search, report, bad_docs, bar)
-            rows, new_from = rounds[-1]
-            self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from=first)
-        else:
-            for rows, new_from in rounds:
-                self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar)
+
+        def decode(rows, new_from, forced_from=None, outputs=outputs):
+            self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from)
+        walk.run(self, docs, corpus, rounds, search, decode)
         bar.close()
         return self._assemble(docs, corpus, outputs, report, bad_docs), report
-
-    def _rounds(self, corpus: Corpus, search) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The instances to decode, in rounds that depend on the previous ones: (rows, new_from)
-        where sentences [start, new_from) of a row are forced from earlier output. One round
-        normally; with sliding decoding, round r holds every document's r-th window."""
-        if self.cfg.data.mode == "pseudodoc":    # pass 1: sentences alone; pass 2: the current sentence
-            rows = build_instances(corpus, self.cfg.data, training=False)
-            first = [] if getattr(search, "first_pass", "") else [(sent_instances(corpus), np.arange(corpus.n_sents))]
-            return first + [(rows, rows[:, 1] - 1)]
-        if not (getattr(search, "sliding", False) and self.cfg.data.is_document_level):
-            rows = build_instances(corpus, self.cfg.data, training=False)
-            return [(rows, rows[:, 2].copy())]
-        costs = corpus.src.lengths + self.joiner.overhead(np.ones(1, dtype=np.int64), "src")
-        budget = int(search.sliding_window * self.cfg.data.max_instance_tokens)
-        if budget <= 0:
-            raise ConfigError("sliding decoding needs a window: the instance budget "
-                              f"(--max-instance-tokens {self.cfg.data.max_instance_tokens}) times "
-                              f"--sliding-window {search.sliding_window} is not a positive number of tokens")
-        per_doc = []
-        for d in range(corpus.n_docs):
-            a0, b0 = int(corpus.doc_offsets[d]), int(corpus.doc_offsets[d + 1])
-            wins = sliding_windows(costs[a0:b0], budget)
-            per_doc.append([(a0 + a, a0 + b, a0 + (wins[i - 1][1] if i else a)) for i, (a, b) in enumerate(wins)])
-        rounds = []
-        for r in range(max(map(len, per_doc), default=0)):
-            wins = np.asarray([w[r] for w in per_doc if len(w) > r], dtype=np.int64)
-            rounds.append((np.stack([wins[:, 0], wins[:, 1], wins[:, 0]], 1), wins[:, 2].copy()))
-        return rounds
-
-    def _first_pass(self, docs, corpus, search, report, bad_docs, bar) -> list[list[list[int]]]:
-        """Pass 1 of two-pass decoding: every sentence translated alone (no context in the
-        pseudo-document, the batch still as the FBA context), by this model, by the sentence
-        model whose directory ``decode.first_pass`` names, or read from the file it names (one
-        translation per input sentence, in order, ``<d>`` lines skipped: what ``docnmt translate``
-        writes); other output is re-encoded with this vocabulary."""
-        outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
-        path = getattr(search, "first_pass", "")
-        if not path:
-            rows = sent_instances(corpus)
-            self._decode(corpus, rows, rows[:, 2].copy(), outputs, search, report, bad_docs, bar)
-            return outputs
-        if Path(path).is_dir():
-            other = Translator.load(path, device=str(self.device))
-            own = other.cfg.decode               # the user's search settings, the sentence model's batching
-            out, _ = other.translate([Document(d.docid, d.src) for d in docs],
-                                     replace(search, max_sentences=own.max_sentences, max_tokens=own.max_tokens))
-            texts = [t for d in out for t in d.tgt]
-        else:
-            texts = [t for t in read_text(path).lines if t.strip() != DOC_MARK]
-            if len(texts) != corpus.n_sents:
-                raise DataError(f"the first-pass translations have {len(texts)} lines, the input "
-                                f"{corpus.n_sents} sentences", path)
-        return [[ids] for ids in self.vocab.encode_batch(texts, "tgt")]
 
     def _decode(self, corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from=None) -> None:
         """Decode instances ``rows``, forcing sentences [target start, ``new_from``) from
@@ -232,7 +150,8 @@ class Translator:
             start = torch.tensor([self.start_token(search, int(iset.tfirst[k])) for k in idx], device=self.device)
             extra = self.constraints(src)
             if getattr(search, "sentence_count", False) or getattr(search, "sliding", False):
-                extra = self._count_constraint(rows[idx], extra)
+                count = methods.count_constraint(self, rows[idx])
+                extra = extra if count is None else with_processor(extra, count)
             if search.no_repeat_ngram_size:
                 extra = with_processor(extra, NoRepeatNgram(search.no_repeat_ngram_size, self.vocab.word_ids))
             with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
@@ -249,15 +168,6 @@ class Translator:
                     for j in range(int(new_from[k]) - tstart, end - tstart):
                         outputs[tstart + j].append(sents[j])
             bar.update(len(idx))
-
-    def _count_constraint(self, rows: np.ndarray, extra: dict) -> dict:
-        """Add the sentence-count constraint for separator formats (G-Transformer's frame
-        already fixes the count)."""
-        if not self.joiner.sep_ids:
-            return extra
-        n = torch.as_tensor(rows[:, 1] - rows[:, 2], device=self.device)
-        next_sep = torch.tensor([self.joiner.sep(c) for c in range(1, int(n.max()) + 1)], device=self.device)
-        return with_processor(extra, SentenceCount(n, sorted(self.joiner.sep_ids), next_sep, self.joiner.end))
 
     def _assemble(self, docs, corpus, outputs, report, bad_docs) -> list[Document]:
         for d, doc in enumerate(docs):

@@ -1,4 +1,5 @@
-"""Tiny real-data runs shared by the search, training and end-to-end tests (Tier S)."""
+"""Tiny real-data runs shared by the search, training and end-to-end tests (Tier S,
+docs/benchmarks.md#tier-s-smoke)."""
 from __future__ import annotations
 
 import json

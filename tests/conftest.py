@@ -1,8 +1,16 @@
 """Shared fixtures of the docnmt test suite.
 
-Real data lives in ``/work/shared/data`` (next to the repository); every fixture that needs it
-skips the test when it is absent. The data fixtures are session-scoped and built once (about a
-second in all): treat what they return as read-only.
+Real data lives in ``../shared/data`` (next to the repository). ``shared_data`` is the one way to
+skip a test when it is absent: every fixture below that reads it depends on ``shared_data``, and a
+test that reads it otherwise (through ``_tiny`` or a path constant) asks for it by name or with
+``@pytest.mark.usefixtures("shared_data")``. The data fixtures and the tiny trained models are
+session-scoped and built once: treat what they return as read-only (train into ``tmp_path``).
+
+Markers
+-------
+``slow``             End-to-end checks (training, whole pipelines): ``python -m pytest -m "not slow"``
+                     is the quick inner loop; ``python -m pytest`` runs everything. Every test under
+                     ``tests/integration/`` is marked ``slow`` here.
 
 Fixtures
 --------
@@ -13,6 +21,10 @@ Fixtures
 ``tiny_vocab``       A 600-piece joint SentencePiece :class:`~docnmt.vocab.Vocab` learned on both
                      sides of ``ende/valid/ted``, with docnmt's default extra symbols.
 ``tiny_corpus``      ``Corpus.encode(ted_docs, tiny_vocab)``: 3 documents, 36 sentences.
+``tiny_dir``         ``_tiny.tiny_data`` made once: ``raw/ted.{en,de,docids}`` (the first 4 TED valid
+                     documents, 40 sentences each) and ``data/`` prepared from them (400 pieces).
+``tiny_model``       ``tiny_model(name)`` -> directory of a tiny model of ``TINY_MODELS`` trained on
+                     ``tiny_dir / "data"``, trained on first use and shared by every test after.
 ``write_files``      ``write_files(dir, {name: text or bytes})`` writes small files, returns paths.
 ``run_cli``          ``run_cli(*argv)`` runs ``docnmt.cli.main`` in-process and returns
                      ``(exit_status, stdout, stderr)``.
@@ -26,24 +38,32 @@ from pathlib import Path
 
 import pytest
 
+from _tiny import SHARED, tiny_config, tiny_data
 from docnmt.data import Corpus
 from docnmt.document import Document
 from docnmt.readers import read_documents
 from docnmt.vocab import Vocab
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+INTEGRATION = Path(__file__).resolve().parent / "integration"
 
 TED_DOCS = 3        # documents in ``ted_docs``
 TED_SENTS = 12      # sentences kept per document in ``ted_docs``
 TINY_VOCAB_SIZE = 600
 
 
+def pytest_collection_modifyitems(items):
+    """Whole pipelines (``tests/integration/``) are slow."""
+    for item in items:
+        if INTEGRATION in item.path.parents:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The real-data directory ``/work/shared/data``; the test is skipped when it is missing."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data not found at {SHARED_DATA}")
-    return SHARED_DATA
+    """The real-data directory ``../shared/data``; the test is skipped when it is missing."""
+    if not SHARED.is_dir():
+        pytest.skip(f"real data not found at {SHARED}")
+    return SHARED
 
 
 @pytest.fixture(scope="session")
@@ -129,3 +149,44 @@ def cli_error(run_cli):
         status, _, err = run_cli(*argv)
         return _one_line_error(status, err)
     return run
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(shared_data: Path, tmp_path_factory) -> Path:
+    """``_tiny.tiny_data`` run once: ``raw/ted.*`` marker files and the prepared ``data/`` (read-only)."""
+    root = tmp_path_factory.mktemp("tiny")
+    tiny_data(root)
+    return root
+
+
+# The tiny models tests share instead of training their own: name -> (mode, updates, config overrides).
+DOCFLAT = {"method.name": "docflat", "data.separator": "global_index", "data.batch_order": "ordered",
+           "data.context": 2}
+TINY_MODELS = {
+    "sent2sent": ("sent2sent", 40, {}),
+    "doc2doc": ("doc2doc", 150, {}),          # test_discourse: enough updates to prefer real sentences
+    "gtransformer": ("doc2doc", 6, {"method.name": "gtransformer", "data.separator": "group",
+                                    "method.combined_enc_self": 1, "method.combined_dec_self": 1,
+                                    "method.combined_cross": 1}),
+    "doc2sent": ("doc2sent", 6, {"data.context": 2}),
+    "context": ("sent2sent", 6, {"method.name": "context_transformer", "data.context_input": 2}),
+    "docflat": ("pseudodoc", 6, DOCFLAT),
+    "ptransformer_laa": ("doc2doc", 6, {"method.name": "ptransformer", "model.length_aware": True}),
+    "mbe": ("pseudodoc", 6, {**DOCFLAT, "method.flat_block": "mbe"}),
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_dir: Path):
+    """``tiny_model(name)`` -> ``tiny_dir / name``, the save directory of ``TINY_MODELS[name]`` trained on
+    ``tiny_dir / "data"`` (trained on first use, then shared: load it, never train into it)."""
+    from docnmt.train import Trainer
+
+    def get(name: str) -> Path:
+        path = tiny_dir / name
+        if not (path / "model.safetensors").exists():
+            mode, updates, over = TINY_MODELS[name]
+            cfg = tiny_config(mode, max_update=updates).override(over)
+            Trainer(cfg, tiny_dir / "data", path, progress_bar=False).train()
+        return path
+    return get

@@ -195,7 +195,7 @@ def test_numbers_in_float_notation_are_accepted_for_integers():
     ("train.update_freq", 0, "train.update_freq must be at least 1"),
     ("model.dropout", 1.5, "model.dropout must be in [0, 1)"),
     ("decode.beam", 0, "decode.beam must be at least 1"),
-    ("model.rel_max_distance", -4, "model.rel_max_distance must be at least 1"),
+    ("method.rel_max_distance", -4, "method: rel_max_distance must be at least 1"),
     ("decode.nbest", 0, "decode.nbest must be at least 1"),
     ("decode.no_repeat_ngram_size", -1, "decode.no_repeat_ngram_size must be at least 0"),
     ("decode.lenpen_style", "foo", "fairseq or gnmt"),
@@ -205,7 +205,8 @@ def test_out_of_range_settings_are_config_errors(key, value, words):
     from docnmt.config import Config
     from docnmt.errors import ConfigError
     with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace(")", r"\)")):
-        Config.load("transformer_tiny").override({key: value})
+        Config.load("transformer_tiny").override({**({"method.name": "ptransformer"} if key.startswith("method.") else {}),
+                                                  key: value})
 
 
 def test_train_with_update_freq_0_names_the_setting(tmp_path, cli_error):
@@ -252,13 +253,10 @@ def test_unwritable_output_paths_are_one_error_line(corpus, tmp_path, cli_error)
     assert "no/such/x.json" in message
 
 
-def test_force_never_empties_a_directory_docnmt_did_not_make(tmp_path, cli_error):
-    from _tiny import SHARED, tiny_data
-    if not SHARED.exists():
-        pytest.skip("needs ../shared/data")
+def test_force_never_empties_a_directory_docnmt_did_not_make(tmp_path, tiny_dir, cli_error):
     save = tmp_path / "mine"
     (save / "sub").mkdir(parents=True)
     (save / "notes.txt").write_text("keep me")
-    message = cli_error("train", tiny_data(tmp_path), "--arch", "transformer_tiny", "--save-dir", save, "--force")
+    message = cli_error("train", tiny_dir / "data", "--arch", "transformer_tiny", "--save-dir", save, "--force")
     assert "not a docnmt model directory" in message
     assert (save / "notes.txt").read_text() == "keep me" and (save / "sub").is_dir()

@@ -1,5 +1,6 @@
-"""docnmt.data, docnmt.vocab and docnmt.prepare: instance building (SPEC §2.3, §2.4, §2.6),
-separator recovery (SPEC §8.1), the memory-mapped corpus store and token batching.
+"""docnmt.data, docnmt.vocab and docnmt.prepare: instance building, separator recovery,
+the memory-mapped corpus store and token batching (docs/methods/baselines.md#data and
+docs/methods/baselines.md#recovering-sentences-from-document-outputs).
 
 Hand-made costs and id lists pin the rules down exactly; the fixtures of ``conftest.py``
 (3 real TED documents, a 600-piece vocabulary) check the same rules on real data.
@@ -14,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from docnmt.data import (Corpus, GroupJoiner, InstanceSet, Joiner, ModeConfig, build_instances, doc2doc_instances,
-                         doc2sent_instances, greedy_split, make_joiner, mr_instances, sent_instances,
-                         sentence_costs, token_batches)
+from docnmt.data import Corpus, InstanceSet, Joiner, ModeConfig, build_instances, doc2doc_instances, doc2sent_instances, greedy_split, mr_instances, sent_instances, sentence_costs, token_batches
+from docnmt.methods import make_joiner
+from docnmt.methods.gtransformer import GroupJoiner
 from docnmt.errors import ConfigError, DataError, DocnmtError
 from docnmt.prepare import prepare
 from docnmt.vocab import DEFAULT_MAX_SEP, Vocab
@@ -43,7 +44,7 @@ def spans(rows: np.ndarray) -> set[tuple[int, int]]:
     return {(int(a), int(b)) for a, b, _ in rows}
 
 
-# ------------------------------------------------------------------ greedy split (SPEC §2.3)
+# --------- greedy split (docs/methods/baselines.md#splitting-documents-into-instances-of-at-most-512-tokens)
 
 @pytest.mark.parametrize("costs, budget, max_sents, expected", [
     # C + c_k < budget is strict: 10 + 20 + 30 = 60 does not fit a budget of 60 ...
@@ -125,7 +126,7 @@ def test_doc2sent_context_is_clipped_at_document_start(tiny_corpus, context):
         assert second[11] == 23 - context
 
 
-# --------------------------------------------------------------- multi-resolution (SPEC §2.6)
+# --------------------------- multi-resolution (docs/methods/baselines.md#multi-resolution-mr)
 
 def test_mr_instances_union_of_resolutions(tiny_corpus):
     budget = 512
@@ -139,7 +140,7 @@ def test_mr_instances_union_of_resolutions(tiny_corpus):
         a, b = int(tiny_corpus.doc_offsets[d]), int(tiny_corpus.doc_offsets[d + 1])
         assert b - a == 12  # so halves (6+6) and quarters (3x4) are unambiguous
         whole = set(greedy_split(costs, a, b, budget))
-        assert whole <= got, "k=1 (whole document after the §2.3 re-split) missing"
+        assert whole <= got, "k=1 (whole document after the 512-token re-split) missing"
         for k in (2, 4):
             part = (b - a) // k
             for p in range(a, b, part):
@@ -199,11 +200,13 @@ def test_mr_is_plain_doc2doc_outside_training(tiny_corpus):
 @pytest.mark.parametrize("kwargs, word", [({"mode": "doc2dog"}, "doc2dog"),
                                           ({"separator": "comma"}, "comma")])
 def test_mode_config_rejects_unknown_values(kwargs, word):
+    """Unknown modes and data formats (formats are registered by docnmt.methods) are config errors."""
+    from docnmt.config import Config
     with pytest.raises(ConfigError, match=word):
-        ModeConfig(**kwargs)
+        Config.from_dict({"data": kwargs})
 
 
-# ------------------------------------------------------------------- Joiner (SPEC §2.4, §8.1)
+# ---------------------------------------- Joiner (docs/methods/baselines.md#instance-formats)
 
 @pytest.fixture(scope="module")
 def words(tiny_vocab) -> dict[str, int]:
@@ -274,8 +277,8 @@ def test_split_recovery_rules_uniform(tiny_vocab, words, generated, n, expected,
 
 
 def test_group_format_is_g_transformers(tiny_vocab):
-    """SPEC §2.4 GT: source <s> x1 </s> <s> x2 </s>; decoder input EOD <s> y1 </s> <s> y2 </s>;
-    labels <s> y1 </s> <s> y2 </s> EOD."""
+    """G-Transformer format (docs/methods/gtransformer.md#data-format): source <s> x1 </s> <s> x2 </s>;
+    decoder input EOD <s> y1 </s> <s> y2 </s>; labels <s> y1 </s> <s> y2 </s> EOD."""
     v, j = tiny_vocab, GroupJoiner(tiny_vocab)
     eod, s, e = v.id("<eod>"), v.bos, v.eos
     x = [np.array([10, 11]), np.array([12])]

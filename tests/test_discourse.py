@@ -1,4 +1,4 @@
-"""Discourse evaluation (SPEC §8.4, §8.5, §8.7): suite readers on the real files, contrastive
+"""Discourse evaluation (docs/methods/discourse.md): suite readers on the real files, contrastive
 scoring against an incremental-decoding reference, ties, TCP, COMET's skip paths, the entropy
 and compare commands."""
 import json
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from _tiny import SHARED, tiny_config, tiny_data
+from _tiny import SHARED
 from docnmt.contrastive import accuracy_report, decisions, example_documents, paired_test, score_examples
 from docnmt.errors import DataError
 from docnmt.document import Document
@@ -18,10 +18,8 @@ from docnmt.readers import read_documents
 from docnmt.scoring import last_sentence_rows, sentence_logprobs
 from docnmt.suites import (Candidate, ContrastiveExample, read_suite, split_sentences, swap_pronoun)
 from docnmt.tcp import hit, read_labels, tcp, tcp_documents
-from docnmt.train import Trainer
 from docnmt.translate import Translator
 
-needs_data = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
 VOITA = SHARED / "enru/suites/voita2019/consistency_testsets"
 BAWDEN = SHARED / "enfr/suites/bawden2018_discourse_test_sets_enfr/test-sets"
 SCAT = SHARED / "enfr/suites/scat_yin2021_enfr"
@@ -30,7 +28,7 @@ PDC = SHARED / "zhen/pdc/testsets"
 
 # ---- suite readers on the real files --------------------------------------------------------
 
-@needs_data
+@pytest.mark.usefixtures("shared_data")
 def test_voita_deixis_reader():
     ex = read_suite(VOITA / "deixis_test.json")
     assert len(ex) == 2500
@@ -42,7 +40,7 @@ def test_voita_deixis_reader():
     assert raw[0].src == "You 've never been caught ."
 
 
-@needs_data
+@pytest.mark.usefixtures("shared_data")
 def test_voita_lexical_cohesion_keeps_true_ind():
     ex = read_suite(VOITA / "lex_cohesion_test.json")
     data = json.loads((VOITA / "lex_cohesion_test.json").read_text())
@@ -50,7 +48,7 @@ def test_voita_lexical_cohesion_keeps_true_ind():
     assert max(len(e.candidates) for e in ex) == 5
 
 
-@needs_data
+@pytest.mark.usefixtures("shared_data")
 @pytest.mark.parametrize("name,flat", [("anaphora", "anaphora"), ("lexical-choice", "lexical_choice")])
 def test_bawden_reader_matches_the_flat_files(name, flat):
     """The JSON pairs, flattened (correct then incorrect), are the suite's own text files."""
@@ -65,7 +63,7 @@ def test_bawden_reader_matches_the_flat_files(name, flat):
         assert {e.meta["type"] for e in ex} == {"m.sg", "f.sg", "m.pl", "f.pl"}
 
 
-@needs_data
+@pytest.mark.usefixtures("shared_data")
 def test_scat_reader_swaps_the_marked_pronoun():
     ex = read_suite(SCAT)                                   # valid split
     assert len(ex) == 145
@@ -158,30 +156,8 @@ def test_paired_test_is_an_exact_mcnemar_test():
 
 # ---- scoring with tiny models ---------------------------------------------------------------
 
-MODELS = {
-    "doc2doc": ("doc2doc", {}),
-    "gtransformer": ("doc2doc", {"model.method": "gtransformer", "data.separator": "group",
-                                 "model.combined_enc_self": 1, "model.combined_dec_self": 1, "model.combined_cross": 1}),
-    "doc2sent": ("doc2sent", {"data.context": 2}),
-    "context": ("sent2sent", {"model.method": "context_transformer", "data.context_input": 2}),
-    "docflat": ("pseudodoc", {"model.method": "docflat", "data.separator": "global_index",
-                              "data.batch_order": "ordered", "data.context": 2}),
-    "ptransformer_laa": ("doc2doc", {"model.method": "ptransformer", "model.length_aware": True}),
-    "mbe": ("pseudodoc", {"model.method": "docflat", "model.flat_block": "mbe", "data.separator": "global_index",
-                          "data.batch_order": "ordered", "data.context": 2}),
-}
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    if not SHARED.exists():
-        pytest.skip("needs ../shared/data")
-    tmp = tmp_path_factory.mktemp("discourse")
-    data = tiny_data(tmp)
-    for name, (mode, over) in MODELS.items():
-        steps = 150 if name == "doc2doc" else 6
-        Trainer(tiny_config(mode, max_update=steps).override(over), data, tmp / name, progress_bar=False).train()
-    return tmp
+# a way of building the input each, trained on tiny_dir (conftest.TINY_MODELS: doc2doc 150 updates, the others 6)
+MODELS = ["doc2doc", "gtransformer", "doc2sent", "context", "docflat", "ptransformer_laa", "mbe"]
 
 
 def incremental_score(tr: Translator, doc: Document, prefill: bool = False) -> float:
@@ -218,13 +194,14 @@ def incremental_score(tr: Translator, doc: Document, prefill: bool = False) -> f
     return total
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-def test_sentence_scores_equal_incremental_decoding(models, name):
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_sentence_scores_equal_incremental_decoding(tiny_dir, tiny_model, name):
     """The batched teacher-forced score of the last sentence in its context equals the sum of
     the incremental decoder's log-probabilities after the forced target context, for every
     way a mode builds its input (separators, groups, source context, context encoder)."""
-    tr = Translator.load(models / name, device="cpu")
-    docs = read_documents(str(models / "raw/ted.en"), str(models / "raw/ted.de"), fmt="marker")
+    tr = Translator.load(tiny_model(name), device="cpu")
+    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
     examples = [Document(f"{d}.{i}", doc.src[i - 3: i + 1], doc.tgt[i - 3: i + 1])
                 for d, doc in enumerate(docs[:2]) for i in (3, 7, 12)]
     examples.append(Document("first", docs[0].src[:1], docs[0].tgt[:1]))    # no context at all
@@ -238,9 +215,10 @@ def test_sentence_scores_equal_incremental_decoding(models, name):
     assert (batched < 0).all()
 
 
-def test_document_instances_take_the_context_that_fits(models):
-    tr = Translator.load(models / "doc2doc", device="cpu")
-    docs = read_documents(str(models / "raw/ted.en"), str(models / "raw/ted.de"), fmt="marker")
+@pytest.mark.slow
+def test_document_instances_take_the_context_that_fits(tiny_dir, tiny_model):
+    tr = Translator.load(tiny_model("doc2doc"), device="cpu")
+    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
     from docnmt.data import Corpus
     corpus = Corpus.encode([Document("a", docs[0].src[:6], docs[0].tgt[:6])], tr.vocab)
     assert last_sentence_rows(tr, corpus).tolist() == [[0, 6, 0]]
@@ -250,11 +228,12 @@ def test_document_instances_take_the_context_that_fits(models):
     assert b == 6 and 3 <= a <= 5 and t == a                 # only what fits the budget
 
 
-def test_a_trained_model_prefers_real_sentences_to_shuffled_ones(models):
+@pytest.mark.slow
+def test_a_trained_model_prefers_real_sentences_to_shuffled_ones(tiny_dir, tiny_model):
     """Behaviour: after 150 updates on these documents, the real target sentence outscores the
     same words shuffled in most contexts (chance is 50%; the run gives about 71%)."""
-    tr = Translator.load(models / "doc2doc", device="cpu")
-    docs = read_documents(str(models / "raw/ted.en"), str(models / "raw/ted.de"), fmt="marker")
+    tr = Translator.load(tiny_model("doc2doc"), device="cpu")
+    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
     examples = []
     for doc in docs:
         for i in range(3, len(doc.src)):
@@ -276,9 +255,10 @@ def test_a_trained_model_prefers_real_sentences_to_shuffled_ones(models):
     assert rep["correct"] == 0 and rep["ties"] == sum(s[0] >= s[1] for s in scores) > 0
 
 
-@needs_data
-def test_score_contrastive_cli_on_bawden(models, run_cli, tmp_path):
-    status, out, _ = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
+@pytest.mark.slow
+def test_score_contrastive_cli_on_bawden(tiny_model, run_cli, tmp_path):
+    model = tiny_model("doc2doc")
+    status, out, _ = run_cli("score-contrastive", model, BAWDEN / "anaphora.json", "-q",
                              "--json", tmp_path / "r.json", "--scores", tmp_path / "s.jsonl", "--plot", tmp_path / "p.png")
     assert status == 0
     rep = json.loads((tmp_path / "r.json").read_text())
@@ -287,22 +267,22 @@ def test_score_contrastive_cli_on_bawden(models, run_cli, tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert len(lines) == 200 and sum(x["right"] for x in lines) == rep["correct"]
     assert "accuracy" in out and (tmp_path / "p.png").stat().st_size > 1000
-    status, _, err = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
+    status, _, err = run_cli("score-contrastive", model, BAWDEN / "anaphora.json", "-q",
                              "--json", tmp_path / "r.json")
     assert status == 2 and "exists" in err                     # never overwritten without --force
     (tmp_path / "r.json").write_text("{}")
-    status, _, _ = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
+    status, _, _ = run_cli("score-contrastive", model, BAWDEN / "anaphora.json", "-q",
                            "--json", tmp_path / "r.json", "--force")
     assert status == 0 and json.loads((tmp_path / "r.json").read_text()) == rep
     # paired against a baseline's scores: here the same model's, so nothing differs
-    status, out, _ = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
+    status, out, _ = run_cli("score-contrastive", model, BAWDEN / "anaphora.json", "-q",
                              "--against", tmp_path / "s.jsonl", "--json", tmp_path / "r.json", "--force")
     assert status == 0 and "exact McNemar p = 1.000" in out
     t = json.loads((tmp_path / "r.json").read_text())["against"]
     assert (t["only_a"], t["only_b"], t["delta"], t["examples"]) == (0, 0, 0.0, 200)
     for bad, msg in [("{\n}", "not a per-example scores file"), ('{"right": true}', "1 examples, the suite has 200")]:
         (tmp_path / "bad.jsonl").write_text(bad)
-        status, _, err = run_cli("score-contrastive", models / "doc2doc", BAWDEN / "anaphora.json", "-q",
+        status, _, err = run_cli("score-contrastive", model, BAWDEN / "anaphora.json", "-q",
                                  "--against", tmp_path / "bad.jsonl")
         assert status == 2 and msg in err and "Traceback" not in err
 
@@ -317,9 +297,10 @@ def test_example_documents_align_contexts():
 
 # ---- attention entropy and compare ----------------------------------------------------------
 
-def test_entropy_cli(models, run_cli, tmp_path):
-    raw = models / "raw/ted"
-    status, out, _ = run_cli("entropy", models / "gtransformer", "--src", f"{raw}.en", "--ref", f"{raw}.de",
+@pytest.mark.slow
+def test_entropy_cli(tiny_dir, tiny_model, run_cli, tmp_path):
+    raw = tiny_dir / "raw/ted"
+    status, out, _ = run_cli("entropy", tiny_model("gtransformer"), "--src", f"{raw}.en", "--ref", f"{raw}.de",
                              "-q", "--json", tmp_path / "e.json")
     assert status == 0 and "cross_global" in out
     res = json.loads((tmp_path / "e.json").read_text())
@@ -332,10 +313,12 @@ def test_entropy_cli(models, run_cli, tmp_path):
     assert all(v > 0 for v in dist.values()) and dist["enc_self"] < dist["enc_self_global"]
 
 
-def test_compare_two_models_and_a_file(models, run_cli, tmp_path):
-    raw = models / "raw/ted"
+@pytest.mark.slow
+def test_compare_two_models_and_a_file(tiny_dir, tiny_model, run_cli, tmp_path):
+    raw = tiny_dir / "raw/ted"
+    models = {name: tiny_model(name) for name in ("doc2doc", "doc2sent")}
     out = tmp_path / "cmp"
-    status, stdout, _ = run_cli("compare", f"base={models / 'doc2sent'}", models / "doc2doc", "--src", f"{raw}.en",
+    status, stdout, _ = run_cli("compare", f"base={models['doc2sent']}", models["doc2doc"], "--src", f"{raw}.en",
                                 "--ref", f"{raw}.de", "--out", out, "--suite", BAWDEN / "anaphora.json",
                                 "--bootstrap-samples", "50", "-q")
     assert status == 0, stdout
@@ -354,13 +337,13 @@ def test_compare_two_models_and_a_file(models, run_cli, tmp_path):
     for png in ("dbleu_by_length.png", "anaphora_by_type.png"):
         assert (out / png).stat().st_size > 1000
     # a translation file as a system; the cached model translations are reused
-    status, _, err = run_cli("compare", models / "doc2doc", f"file={out / 'hyps' / 'base.txt'}", "--src", f"{raw}.en",
+    status, _, err = run_cli("compare", models["doc2doc"], f"file={out / 'hyps' / 'base.txt'}", "--src", f"{raw}.en",
                              "--ref", f"{raw}.de", "--out", out, "--bootstrap-samples", "20", "-q")
     assert status == 0 and "reusing" in err
     res2 = json.loads((out / "compare.json").read_text())
     assert res2["systems"]["file"]["d_bleu"] == pytest.approx(res["systems"]["base"]["d_bleu"])
     # the same name for another model is translated again, never served from the cache
-    status, _, err = run_cli("compare", f"doc2doc={models / 'doc2sent'}", "--src", f"{raw}.en",
+    status, _, err = run_cli("compare", f"doc2doc={models['doc2sent']}", "--src", f"{raw}.en",
                              "--ref", f"{raw}.de", "--out", out, "--bootstrap-samples", "20", "-q")
     assert status == 0 and "translating again" in err
     res3 = json.loads((out / "compare.json").read_text())
@@ -389,7 +372,7 @@ def test_tcp_hand_worked_example():
     assert tcp([["x"] * 40 + ["a"]], [["w"] * 41], [[(20, ["a"])]], groups=(("A", 1),))["A"]["hits"] == 0
 
 
-@needs_data
+@pytest.mark.usefixtures("shared_data")
 def test_tcp_on_the_pdc_test_set():
     d = PDC / "doc"
     labels = read_labels(d / "en.candidates")
@@ -405,7 +388,7 @@ def test_tcp_on_the_pdc_test_set():
     assert 5 < half["TC"]["score"] < 50 and 0 < half["TCP"] < 50
 
 
-@needs_data
+@pytest.mark.usefixtures("shared_data")
 def test_evaluate_tcp_cli(run_cli, tmp_path):
     from docnmt.readers import write_marker
     docs = read_documents(str(PDC / "del/en"), fmt="blankline")

@@ -1,6 +1,5 @@
-"""docnmt.metrics against SacreBLEU on real TED sentences (SPEC §8.1–§8.3, §13 item 11)."""
+"""docnmt.metrics against SacreBLEU on real TED sentences (docs/methods/discourse.md#s-bleu-and-d-bleu)."""
 import string
-from pathlib import Path
 
 import pytest
 
@@ -9,15 +8,11 @@ sacrebleu = pytest.importorskip("sacrebleu")
 from docnmt.errors import DataError  # noqa: E402
 from docnmt.metrics import evaluate_documents, format_table, paired_bootstrap, strip_special  # noqa: E402
 
-TED_DE = Path(__file__).resolve().parents[2] / "shared" / "data" / "ende" / "valid" / "ted.de"
-
 
 @pytest.fixture(scope="module")
-def refs():
-    if not TED_DE.exists():
-        pytest.skip(f"{TED_DE} not available")
+def refs(shared_data):
     docs = []
-    for line in TED_DE.read_text(encoding="utf-8").splitlines():
+    for line in (shared_data / "ende/valid/ted.de").read_text(encoding="utf-8").splitlines():
         if line.strip() == "<d>":
             if len(docs) == 3:
                 break
@@ -149,7 +144,7 @@ def test_format_table(hyps, refs):
         assert r[key]["signature"] in table
 
 
-# ---- d-BLEU by document length (length-bias evaluation, SPEC §6) ------------------------------
+# ---- d-BLEU by document length (length-bias evaluation, docs/methods/length_bias.md) ----------
 
 def test_bleu_by_length_buckets_documents_and_scores_each_bucket(ted_valid):
     from docnmt.metrics import bleu_by_length

@@ -1,14 +1,15 @@
-"""The Transformer and its attention hooks (SPEC §1, and the extension points of §3.2 and §4.1)."""
+"""The Transformer (docs/methods/baselines.md#the-shared-transformer) and its attention hooks: the
+extension points used by group masks (docs/methods/gtransformer.md#attention-masks) and by
+position-aware attention (docs/methods/ptransformer.md#position-aware-attention)."""
 import math
 import warnings
 
 import pytest
 import torch
 
-from docnmt import model as model_module
-from docnmt.model import (AttentionPolicy, AttnSpec, Dropout, ModelConfig, MultiheadAttention, Transformer,
-                          attention_flex, attention_grouped, attention_reference, attention_sdpa, linear,
-                          sinusoidal_table)
+from docnmt import ops as ops_module
+from docnmt.attention import attention_flex, attention_grouped, attention_reference, attention_sdpa
+from docnmt.model import AttentionPolicy, AttnSpec, Dropout, ModelConfig, MultiheadAttention, Transformer, linear, sinusoidal_table
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
 
@@ -38,10 +39,11 @@ def test_sinusoidal_table_follows_spec():
     assert P[pos, 2 * i + 1] == pytest.approx(math.cos(pos / 10000 ** (2 * i / 8)), abs=1e-6)
 
 
-# ---- a mask built from sentence tags (SPEC §3.2) passed in through the policy -------------------
+# ---- a mask built from sentence tags (docs/methods/gtransformer.md#attention-masks) passed in through the policy ----
 
 def tags_of(tokens, bos=2, pad=0):
-    """Cumulative count of sentence starts, 0 on pads (the G-Transformer tag rule, SPEC §3.1)."""
+    """Cumulative count of sentence starts, 0 on pads (the G-Transformer tag rule,
+    docs/methods/gtransformer.md#group-tags)."""
     return torch.cumsum(tokens.eq(bos), 1) * tokens.ne(pad)
 
 
@@ -150,7 +152,7 @@ def test_grouped_attention_equals_dense_masked_attention(kind):
         torch.testing.assert_close(flex, results[1][0], rtol=1e-5, atol=1e-5)
 
 
-# ---- a query/key-only position addition (SPEC §4.1) --------------------------------------------
+# ---- a query/key-only position addition (docs/methods/ptransformer.md#position-aware-attention) ----
 
 class PositionAwarePolicy(AttentionPolicy):
     """Adds the unscaled sinusoidal table to query and key inputs of every attention."""
@@ -218,7 +220,7 @@ def test_reference_and_sdpa_models_agree(monkeypatch):
     src, tgt = torch.randint(4, 50, (2, 6)), torch.randint(4, 50, (2, 5))
     src[0, 4:] = 0
     fast = model(src, tgt)
-    monkeypatch.setattr(MultiheadAttention, "impl", "reference")
+    monkeypatch.setattr("docnmt.attention.attention_sdpa", attention_reference)
     torch.testing.assert_close(fast, model(src, tgt), atol=1e-5, rtol=1e-5)
 
 
@@ -267,10 +269,10 @@ def test_linear_fast_path_matches_f_linear(shape, out, monkeypatch):
     grad = torch.randn(*shape[:-1], out, generator=g)
     results = []
     for fast in (True, False):
-        monkeypatch.setattr(model_module, "USE_ONEDNN", fast)
+        monkeypatch.setattr(ops_module, "USE_ONEDNN", fast)
         y = linear(x, w, b)
         onednn = "OneDNN" in type(y.grad_fn).__name__
-        assert onednn == (fast and out > 16 and model_module._ONEDNN_LINEAR is not None)
+        assert onednn == (fast and out > 16 and ops_module._ONEDNN_LINEAR is not None)
         y.backward(grad)
         results.append((y.detach(), x.grad, w.grad, b.grad))
         x.grad = w.grad = b.grad = None
@@ -311,12 +313,15 @@ def test_bf16_attention_gradients_close_to_fp32():
 # ---- beams sharing their input's encoder memory (beam search) -------------------------------
 
 def _shared_memory_models():
-    from docnmt import gtransformer, ptransformer
+    from docnmt.methods import gtransformer, ptransformer
+    from docnmt.methods.length_bias import LengthAwareScale
     base = dict(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
     yield "transformer", Transformer(ModelConfig(**base))
-    yield "length-aware", Transformer(ModelConfig(**base, length_aware=True))
-    yield "p-transformer", ptransformer.build(ModelConfig(**base, method="ptransformer"))
-    yield "g-transformer", gtransformer.build(ModelConfig(**base, method="gtransformer", combined_cross=1), 2, 49)
+    laa = Transformer(ModelConfig(**base, length_aware=True))
+    laa.length_scale = LengthAwareScale()
+    yield "length-aware", laa
+    yield "p-transformer", ptransformer.build(ModelConfig(**base))
+    yield "g-transformer", gtransformer.build(ModelConfig(**base), gtransformer.GTransformerOptions(combined_cross=1), 2, 49)
 
 
 @pytest.mark.parametrize("name", ["transformer", "length-aware", "p-transformer", "g-transformer"])
@@ -361,7 +366,7 @@ def test_attention_probe_self_distance_matches_its_definition():
     """Self-attention distance sum_j w_ij |i − j| in tokens: uniform weights over 5 keys give the
     mean gap to every position, causal uniform weights i/2; cross-attention records none; the
     meter averages it over real queries only."""
-    from docnmt.model import AttentionProbe
+    from docnmt.attention import AttentionProbe
     from docnmt.train import EntropyMeter
     torch.manual_seed(0)
     attn = {n: MultiheadAttention(CFG.d_model, CFG.heads, name=n) for n in ("enc.0.self", "dec.0.self", "dec.0.cross")}

@@ -1,19 +1,17 @@
-"""Position probing (SPEC §8.6): pair sampling, labels, and a probe run through the CLI on real text."""
+"""Position probing (docs/methods/discourse.md#position-probing): pair sampling, labels, and a probe
+run through the CLI on real text."""
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from _tiny import SHARED, tiny_config, tiny_data
+from _tiny import tiny_config
 from docnmt.probe import REL_RANGE, States, encoder_states, sample_pairs, table, task_data
 from docnmt.readers import read_documents
 from docnmt.train import Trainer
 from docnmt.translate import Translator, build_model
 from docnmt.vocab import Vocab
-
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
-
 
 def toy_states():
     lengths = [30, 5, 50]
@@ -65,29 +63,28 @@ def test_table_lists_every_layer_of_every_model():
 
 # models of every method whose inputs or encoder shapes differ from the vanilla Transformer's
 METHODS = {
-    "ptransformer": ("doc2doc", {"model.method": "ptransformer", "model.rel_max_distance": 8}),
-    "gtransformer": ("doc2doc", {"model.method": "gtransformer", "data.separator": "group",
-                                 "model.combined_enc_self": 1, "model.combined_dec_self": 1, "model.combined_cross": 1}),
-    "context": ("sent2sent", {"model.method": "context_transformer", "data.context_input": 2}),
-    "docflat": ("pseudodoc", {"model.method": "docflat", "data.separator": "global_index",
+    "ptransformer": ("doc2doc", {"method.name": "ptransformer", "method.rel_max_distance": 8}),
+    "gtransformer": ("doc2doc", {"method.name": "gtransformer", "data.separator": "group",
+                                 "method.combined_enc_self": 1, "method.combined_dec_self": 1, "method.combined_cross": 1}),
+    "context": ("sent2sent", {"method.name": "context_transformer", "data.context_input": 2}),
+    "docflat": ("pseudodoc", {"method.name": "docflat", "data.separator": "global_index",
                               "data.batch_order": "ordered", "data.context": 2}),
-    "mbe": ("pseudodoc", {"model.method": "docflat", "model.flat_block": "mbe", "data.separator": "global_index", "data.batch_order": "ordered",
+    "mbe": ("pseudodoc", {"method.name": "docflat", "method.flat_block": "mbe", "data.separator": "global_index", "data.batch_order": "ordered",
                           "data.context": 2}),
 }
 
 
-@needs_shared
 @pytest.mark.parametrize("method", list(METHODS))
-def test_encoder_states_of_every_method(method, tmp_path):
+def test_encoder_states_of_every_method(method, tiny_dir):
     """The probe reads every encoder layer of any method's model, with the model's own extra
     inputs (the context encoder's previous sentences) and without positions a method prepends
     (MBE's batch-mean embedding): one state per real source token and layer."""
-    data = tiny_data(tmp_path)
+    data = tiny_dir / "data"
     mode, over = METHODS[method]
     cfg, vocab = tiny_config(mode).override(over), Vocab.load(data)
     torch.manual_seed(0)
     tr = Translator(build_model(cfg, vocab), vocab, cfg)
-    docs = read_documents(str(tmp_path / "raw" / "ted.en"))[:2]
+    docs = read_documents(str(tiny_dir / "raw" / "ted.en"))[:2]
     st = encoder_states(tr, docs)
     assert len(st.layers) == len(tr.model.encoder.layers) == cfg.model.encoder_layers
     assert all(h.shape == (len(st.position), cfg.model.d_model) for h in st.layers)
@@ -97,11 +94,10 @@ def test_encoder_states_of_every_method(method, tmp_path):
     assert not torch.allclose(st.layers[0], st.layers[-1])
 
 
-@needs_shared
-def test_probe_cli_on_real_documents(tmp_path, run_cli):
-    data = tiny_data(tmp_path)
-    Trainer(tiny_config("doc2doc", max_update=4), data, tmp_path / "m", progress_bar=False).train()
-    raw = tmp_path / "raw" / "ted.en"
+@pytest.mark.slow
+def test_probe_cli_on_real_documents(tiny_dir, tmp_path, run_cli):
+    Trainer(tiny_config("doc2doc", max_update=4), tiny_dir / "data", tmp_path / "m", progress_bar=False).train()
+    raw = tiny_dir / "raw" / "ted.en"
     status, out, _ = run_cli("probe", tmp_path / "m", "--train", raw, "--valid", raw, "--test", raw,
                              "--out", tmp_path / "probe", "--lengths", "32", "64", "--max-examples", "2000",
                              "--max-epochs", "3")

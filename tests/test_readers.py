@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from _tiny import SHARED
 from docnmt.document import Document
 from docnmt.errors import ConfigError, DataError
 from docnmt.readers import (read_bcontrast_json, read_blankline, read_documents, read_jsonl,
                             read_marker, read_plain, read_xml, write_jsonl, write_marker)
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-if not SHARED.is_dir():
-    pytest.skip(f"real data not found at {SHARED}", allow_module_level=True)
+pytestmark = pytest.mark.usefixtures("shared_data")
 
 ENDE = SHARED / "ende"
 RAW = SHARED / "raw"

@@ -2,22 +2,18 @@
 import pytest
 import torch
 
-from _tiny import SHARED, tiny_config, tiny_data
+from _tiny import SHARED, tiny_config
 from docnmt.readers import read_documents
 from docnmt.search import SearchConfig, beam_search
 from docnmt.train import Trainer
 from docnmt.translate import Translator
 
-pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/data")
-
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny sent2sent model trained briefly on real TED text, and its translator."""
-    root = tmp_path_factory.mktemp("search")
-    data = tiny_data(root)
-    Trainer(tiny_config("sent2sent", max_update=40), data, root / "model", progress_bar=False).train()
-    return Translator.load(root / "model", device="cpu"), root
+def trained(tiny_model):
+    """A tiny sent2sent model trained briefly (40 updates) on real TED text, and its translator."""
+    path = tiny_model("sent2sent")
+    return Translator.load(path, device="cpu"), path
 
 
 def sources(translator, n=6):
@@ -92,10 +88,11 @@ def test_prefix_is_forced_and_processors_apply(trained):
 
 
 def test_sentence_count_fits_every_separator_into_a_tight_length_limit(trained):
-    """SPEC §6.3's generator forces the missing separators when the length limit comes near, so
+    """The sentence-count constraint of sliding decoding (docs/methods/length_bias.md#sliding-decoding)
+    forces the missing separators when the length limit comes near, so
     each hypothesis holds exactly N−1 separators, in order, even when the model never picks them
     (two word ids stand in for <sep1>, <sep2> here)."""
-    from docnmt.sliding import SentenceCount
+    from docnmt.methods.length_bias import SentenceCount
     tr, _ = trained
     src, _ = sources(tr, 4)
     seps = [50, 51]
@@ -163,11 +160,10 @@ def test_no_repeat_ngram_in_beam_search_and_translate(trained, monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["doc2sent", "doc2doc"])
-def test_translate_walk_returns_one_line_per_sentence(tmp_path, mode):
-    data = tiny_data(tmp_path)
-    Trainer(tiny_config(mode, max_update=6), data, tmp_path / "m", progress_bar=False).train()
+def test_translate_walk_returns_one_line_per_sentence(tiny_dir, tmp_path, mode):
+    Trainer(tiny_config(mode, max_update=6), tiny_dir / "data", tmp_path / "m", progress_bar=False).train()
     tr = Translator.load(tmp_path / "m", device="cpu")
-    docs = read_documents(str(tmp_path / "raw/ted.en"), fmt="marker")[:2]
+    docs = read_documents(str(tiny_dir / "raw/ted.en"), fmt="marker")[:2]
     out, report = tr.translate(docs)
     assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
     assert report.sentences == sum(len(d.src) for d in docs)
@@ -210,8 +206,8 @@ def test_length_limit_ends_with_the_models_eos_cost(trained):
 @pytest.mark.parametrize("lenpen", [1.0, 0.6])
 def test_a_forced_prefix_is_context_not_length(trained, lenpen):
     """With a forced prefix the score is the generated part's log-probability (</s> included)
-    over its own length: the prefix neither costs nor counts (SPEC §6.3: only the new sentences
-    are searched)."""
+    over its own length: the prefix neither costs nor counts (docs/methods/length_bias.md#sliding-decoding:
+    only the new sentences are searched)."""
     tr, _ = trained
     src, _ = sources(tr, 2)
     prefix = [[5, 6, 7, 8, 9, 10, 11, 12], [13, 14, 15]]
@@ -237,19 +233,21 @@ def test_gnmt_length_penalty():
 
 def _method_models():
     """A small random model of every method (the builders tests of each method use)."""
-    from docnmt import context_transformer, docflat, gtransformer, ptransformer
+    from docnmt.methods import context_transformer, docflat, gtransformer, ptransformer
+    from docnmt.methods.length_bias import LengthAwareScale
     from docnmt.model import AttentionPolicy, ModelConfig, Transformer
     base = dict(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
     cfg = lambda **kw: ModelConfig(**{**base, **kw})  # noqa: E731
+    length_aware = Transformer(cfg(length_aware=True), AttentionPolicy(cfg(length_aware=True)))
+    length_aware.length_scale = LengthAwareScale()
     return {
         "transformer": Transformer(cfg(), AttentionPolicy(cfg())),
-        "length_aware": Transformer(cfg(length_aware=True), AttentionPolicy(cfg(length_aware=True))),
-        "gtransformer": gtransformer.build(cfg(method="gtransformer", combined_enc_self=1, combined_dec_self=1,
-                                               combined_cross=1), 2, 4),
-        "ptransformer": ptransformer.build(cfg(method="ptransformer", rel_max_distance=6)),
-        "context_transformer": context_transformer.build(cfg(method="context_transformer")),
-        "docflat": docflat.build(cfg(method="docflat")),
-        "docflat_mbe": docflat.build(cfg(method="docflat", flat_block="mbe"), mean_token=1),
+        "length_aware": length_aware,
+        "gtransformer": gtransformer.build(cfg(), gtransformer.GTransformerOptions(1, 1, 1), 2, 4),
+        "ptransformer": ptransformer.build(cfg(), ptransformer.PTransformerOptions(rel_max_distance=6)),
+        "context_transformer": context_transformer.build(cfg()),
+        "docflat": docflat.build(cfg()),
+        "docflat_mbe": docflat.build(cfg(), docflat.DocFlatOptions(flat_block="mbe"), mean_token=1),
     }
 
 
@@ -271,7 +269,8 @@ def test_a_shared_prefix_runs_once_per_input_with_the_same_result(method, monkey
         prefix = [[2, 7, 8, 3, 2, 9], [2, 10, 11, 3], [2, 12, 13, 14, 3]]
     runs = []
     for shared in (True, False):
-        monkeypatch.setattr(search, "SHARED_PREFILL", shared)
+        if not shared:   # the prefix then goes through the decoder with the first step, once per beam
+            monkeypatch.setattr(search, "_prefill", lambda *args: None)
         out = beam_search(model, src, SearchConfig(beam=3, max_len_b=5, nbest=3), 2, 3, banned=[0],
                           prefix=prefix, inputs=inputs)
         runs.append(out)
@@ -284,7 +283,7 @@ def test_a_shared_prefix_runs_once_per_input_with_the_same_result(method, monkey
 def test_ranks_without_a_candidate_repeat_rank_zero_while_a_prefix_is_forced(method, monkeypatch):
     """While an input's prefix is forced only rank 0 has a finite score; the other ranks must
     hold the same forced prefix, not arbitrary tokens, because DocFlat's decoder FBA lets rank r
-    of every other input attend to them (C16)."""
+    of every other input attend to them (docs/methods/docflat.md#df-beams)."""
     torch.manual_seed(0)
     model = _method_models()[method].eval()
     src = torch.randint(5, 50, (3, 8), generator=torch.Generator().manual_seed(1))

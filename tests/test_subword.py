@@ -149,6 +149,7 @@ def test_translation_detokenises_as_the_target_language(bpe, monkeypatch):
     assert sides and set(sides) == {"tgt"}
 
 
+@pytest.mark.usefixtures("shared_data")
 def test_prepare_with_moses_bpe(tmp_path):
     prefix = tiny_corpus_files(tmp_path / "raw", n_docs=3, max_sents=100)
     dest = tmp_path / "data-bin"
@@ -167,6 +168,7 @@ def test_prepare_with_moses_bpe(tmp_path):
     assert vocab.decode(corpus.tgt[0]) == normalised(first, "de")
 
 
+@pytest.mark.usefixtures("shared_data")
 def test_cli_switches_subword_model_with_force(tmp_path, run_cli, capsys):
     prefix = tiny_corpus_files(tmp_path / "raw", n_docs=1, max_sents=60)
     dest = tmp_path / "data-bin"

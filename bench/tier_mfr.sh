@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Tier M-fr (docs/benchmarks.md): do the document-level methods beat a sentence model when data is
+# not the bottleneck? 0.9M Hansard En-Fr pairs, one joint 8K SentencePiece model, transformer_small,
+# --max-tokens 4096, fp32.
+#   Stage 1  Sent2Sent, 6,000 updates (about one pass over Hansard).
+#   Stage 2  every system from the stage-1 weights for 2,000 updates, one schedule for all (peak lr
+#            4e-4 = stage 1's final lr, 200 warm-up updates), each method's own fine-tuning recipe on
+#            top: the control (Sent2Sent continued), Doc2Doc, G-Transformer (pretrained weights at
+#            0.2 x lr, word dropout 0.1), P-Transformer, DocFlat_D, the context-encoder Transformer
+#            (sentence weights frozen), G-Transformer + DLS + LAA (the DLS curriculum continued at
+#            epoch 11: segments of every length up to 512 tokens).
+#   Scores   beam 5, length penalty 1.0 on all six enfr/valid/hansard sittings: s-/d-BLEU and chrF with
+#            paired bootstrap against the control, coverage; Bawden anaphora and lexical choice and
+#            SCAT valid with exact McNemar tests against the control. DocFlat's pass 1 is the
+#            control's translation.
+# Everything resumes: run it again after any interruption (runs/ holds checkpoints every 200
+# updates); finished steps are skipped. Each run's config, metrics, learning curve, scores and
+# coverage are kept in bench/results/tier_mfr/<run>/ (bench/tier_mfr_keep.py), the weights of the
+# control, G-Transformer and the best other document model as fp16 safetensors there too.
+# Usage (from anywhere):   (nohup setsid bash bench/tier_mfr.sh > runs/tier_mfr/queue.log 2>&1 &)
+#   ONLY="control gt"   restrict stage 2 / scoring to these runs;  TRAIN_ONLY=1  skip decoding/scoring
+#   --dry-run           the whole queue on a few Hansard documents with 20 + 10 updates, in
+#                       runs/tier_mfr_dry (a few minutes; checks every step before the real run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+R=runs/tier_mfr; DATA=bench/.cache/tier_mfr; S=../shared/data/enfr; KEEP=bench/results/tier_mfr
+STAGE1=6000; STAGE2=2000; ENFR=None
+if [ "${1:-}" = --dry-run ]; then
+  R=runs/tier_mfr_dry; DATA=$R/data; KEEP=$R/kept; S=$R/enfr; STAGE1=20; STAGE2=10; ENFR="'$S'"
+  python -c "import sys; sys.path.insert(0, 'bench'); import common; common.tier_mfr_dry_copy('$S')"
+fi
+mkdir -p "$R" "$KEEP"
+step() { echo "== $(date '+%F %T') $*"; "$@"; }
+
+python -c "import sys; sys.path.insert(0, 'bench'); import common; common.tier_mfr_data('$DATA', enfr=$ENFR)"
+COMMON=(--save-interval-updates 200 --set train.validate_interval_updates=500 --no-progress)
+step docnmt train "$DATA" --arch sent2sent_small --max-update $STAGE1 --save-dir "$R/stage1" "${COMMON[@]}"
+python bench/tier_mfr_keep.py "$R/stage1" "$KEEP/stage1"
+
+FT=(--init-from "$R/stage1" --max-update $STAGE2 --lr 4e-4 --warmup-updates 200 "${COMMON[@]}")
+declare -A ARCH=(
+  [control]="--arch sent2sent_small"
+  [gt]="--arch g_transformer_finetune_small"
+  [doc2doc]="--arch doc2doc_small"
+  [pt]="--arch p_transformer_small"
+  [docflat_d]="--arch docflat_d_small"
+  [context]="--arch context_transformer_small"
+  [gt_dls_laa]="--arch g_transformer_dls_laa_small --pretrained-lr-scale 0.2 --word-dropout 0.1 --set data.dls_epoch_offset=10"
+)
+RUNS=${ONLY:-"control gt doc2doc pt docflat_d context gt_dls_laa"}
+for name in $RUNS; do
+  # shellcheck disable=SC2086
+  step docnmt train "$DATA" ${ARCH[$name]} --save-dir "$R/$name" "${FT[@]}"
+  python bench/tier_mfr_keep.py "$R/$name" "$KEEP/$name"
+done
+[ "${TRAIN_ONLY:-0}" = 1 ] && exit 0
+
+DECODE=(--beam 5 --lenpen 1.0 --lenpen-style fairseq -q)
+BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
+for name in $RUNS; do
+  out=$R/$name/valid.fr
+  extra=()
+  [ "$name" = docflat_d ] && extra=(--first-pass "$R/control/valid.fr")    # two-pass: the control is pass 1
+  [ -f "$out" ] || step docnmt translate "$R/$name" -i "$S/valid/hansard.en" -o "$out" "${DECODE[@]}" "${extra[@]}" \
+                         --report "$R/$name/valid.coverage.json"
+  against=(); [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
+  step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" "${against[@]}" --json "$R/$name/valid.json"
+  for suite in "$BAWDEN/anaphora.json" "$BAWDEN/lexical-choice.json" "$S/suites/scat_yin2021_enfr"; do
+    s=$(basename "$suite" .json)
+    base=(); [ "$name" != control ] && base=(--against "$R/control/$s.scores.jsonl")
+    [ -f "$R/$name/$s.json" ] || step docnmt score-contrastive "$R/$name" "$suite" -q --json "$R/$name/$s.json" \
+                                      --scores "$R/$name/$s.scores.jsonl" "${base[@]}"
+  done
+  python bench/tier_mfr_keep.py "$R/$name" "$KEEP/$name"
+done
+python bench/tier_mfr_keep.py --weights "$R/control" "$KEEP/control"
+python bench/tier_mfr_keep.py --weights "$R/gt" "$KEEP/gt"
+best=$(python bench/tier_mfr_table.py --best-other "$KEEP")
+[ -n "$best" ] && python bench/tier_mfr_keep.py --weights "$R/$best" "$KEEP/$best"
+python bench/tier_mfr_table.py "$KEEP" | tee "$KEEP/table.md"
+echo "== $(date '+%F %T') Tier M-fr queue finished"

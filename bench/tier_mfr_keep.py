@@ -1,0 +1,71 @@
+"""Keep what a Tier M-fr run produced in the repository (runs/ is not tracked and a fresh
+checkout has none): config.yaml, metrics.jsonl, learning_curve.png, the training time, and every
+score file (valid.json, valid.coverage.json, the suites' reports). With --weights also the final
+weights as fp16 safetensors plus the vocabulary, so ``docnmt translate KEPT_DIR`` works.
+
+    python bench/tier_mfr_keep.py [--weights] RUN_DIR KEPT_DIR
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png", "valid.json",
+         "valid.coverage.json", "anaphora.json", "lexical-choice.json", "scat_yin2021_enfr.json")
+
+
+def training_time(log: Path) -> dict:
+    """Wall-clock training time from train.log: the first and last timestamps of each process
+    (a resumed run is several processes; the gaps between them are not counted)."""
+    spans, start, last = [], None, None
+    for line in log.read_text().splitlines():
+        try:
+            t = datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            continue
+        if "resumed from" in line or "starting" in line or start is None:
+            if start is not None and last is not None:
+                spans.append((last - start).total_seconds())
+            start = t
+        last = t
+    if start is not None and last is not None:
+        spans.append((last - start).total_seconds())
+    return {"seconds": sum(spans), "processes": len(spans)}
+
+
+def keep(run: Path, dest: Path, weights: bool) -> None:
+    if not (run / "config.yaml").exists():
+        print(f"keep: {run} has no run yet")
+        return
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        if (run / name).exists():
+            shutil.copy2(run / name, dest / name)
+    if (run / "train.log").exists():
+        (dest / "training_time.json").write_text(json.dumps(training_time(run / "train.log"), indent=1))
+    if weights:
+        import torch
+        from safetensors.torch import load_file, save_file
+        state = load_file(str(run / "model.safetensors"))
+        save_file({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in state.items()},
+                  str(dest / "model.safetensors"))
+        for name in ("spm.model", "vocab.json", "bpe.codes", "bpe.vocab.json"):
+            if (run / name).exists():
+                shutil.copy2(run / name, dest / name)
+    print(f"kept {run} in {dest}" + (" (with fp16 weights)" if weights else ""))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", type=Path)
+    ap.add_argument("dest", type=Path)
+    ap.add_argument("--weights", action="store_true", help="also the final weights (fp16) and the vocabulary")
+    a = ap.parse_args()
+    keep(a.run, a.dest, a.weights)
+
+
+if __name__ == "__main__":
+    main()

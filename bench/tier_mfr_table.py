@@ -1,0 +1,108 @@
+"""The Tier M-fr table from the kept results (bench/results/tier_mfr/<run>/): per system the
+updates, training time, final validation loss, s-/d-BLEU and s-/d-chrF on the six validation
+sittings with the difference from the control and its paired-bootstrap p-value, the contrastive
+suites' accuracy with the exact McNemar p-value against the control, and coverage.
+
+    python bench/tier_mfr_table.py bench/results/tier_mfr            # Markdown table
+    python bench/tier_mfr_table.py --best-other bench/results/tier_mfr   # the best document model
+                                                                     # other than G-Transformer (d-BLEU)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+ORDER = ["control", "doc2doc", "gt", "gt_dls_laa", "pt", "docflat_d", "context"]
+NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (control)", "doc2doc": "Doc2Doc",
+         "gt": "G-Transformer (fine-tuned)", "gt_dls_laa": "G-Transformer + DLS + LAA", "pt": "P-Transformer",
+         "docflat_d": "DocFlat_D (two-pass)", "context": "context-encoder Transformer"}
+SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"), ("scat_yin2021_enfr", "SCAT valid"))
+
+
+def load(path: Path):
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def last_valid(run: Path) -> dict:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()] \
+        if (run / "metrics.jsonl").exists() else []
+    valid = [r for r in rows if "valid_loss" in r]
+    return {"updates": max((r.get("updates", 0) for r in rows), default=0), **(valid[-1] if valid else {})}
+
+
+def score_cell(ev: dict | None, key: str, boot: str | None, level: str) -> str:
+    if not ev or not ev.get(key):
+        return "–"
+    cell = f"{ev[key]['score']:.2f}"
+    test = (ev.get(boot) or {}).get(level) if boot else None
+    if test:   # evaluate --hyp SYSTEM --compare CONTROL: delta = control - system
+        cell += f" ({-test['delta']:+.2f}, p={test['p_value']:.3f})"
+    return cell
+
+
+def suite_cell(rep: dict | None) -> str:
+    if not rep:
+        return "–"
+    cell = f"{100 * rep['accuracy']:.1f}"
+    if "against" in rep:
+        t = rep["against"]
+        cell += f" ({100 * t['delta']:+.1f}, p={t['p_value']:.3f})"
+    return cell
+
+
+def coverage_cell(cov: dict | None) -> str:
+    if not cov:
+        return "–"
+    return f"{cov['documents_fully_recovered']}/{cov['documents']} ({cov['empty_sentences']} empty)"
+
+
+def rows(root: Path) -> list[list[str]]:
+    out = []
+    runs = [r for r in ["stage1", *ORDER] if (root / r).exists()]
+    runs += sorted(p.name for p in root.iterdir() if p.is_dir() and p.name not in runs)
+    for name in runs:
+        run = root / name
+        v, ev = last_valid(run), load(run / "valid.json")
+        t = load(run / "training_time.json")
+        out.append([NAMES.get(name, name), f"{v['updates']:,}", f"{t['seconds'] / 3600:.1f} h" if t else "–",
+                    f"{v['valid_nll_loss']:.3f}" if "valid_nll_loss" in v else "–",
+                    score_cell(ev, "s_bleu", "bootstrap", "s"), score_cell(ev, "d_bleu", "bootstrap", "d"),
+                    score_cell(ev, "s_chrf", "bootstrap_chrf", "s"), score_cell(ev, "d_chrf", "bootstrap_chrf", "d"),
+                    *(suite_cell(load(run / f"{s}.json")) for s, _ in SUITES),
+                    coverage_cell(load(run / "valid.coverage.json"))])
+    return out
+
+
+HEADER = ["system", "updates", "training", "valid NLL (bits)", "s-BLEU (Δ, p)", "d-BLEU (Δ, p)", "s-chrF (Δ, p)",
+          "d-chrF (Δ, p)", *(n + " % (Δ, p)" for _, n in SUITES), "documents fully recovered"]
+
+
+def markdown(root: Path) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(root)]
+    return "\n".join(lines)
+
+
+def best_other(root: Path) -> str:
+    """The document model other than G-Transformer with the best d-BLEU (for keeping its weights)."""
+    best, name = float("-inf"), ""
+    for run in ORDER:
+        ev = load(root / run / "valid.json")
+        if run in ("control", "gt") or not ev:
+            continue
+        if ev["d_bleu"]["score"] > best:
+            best, name = ev["d_bleu"]["score"], run
+    return name
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("root", type=Path, nargs="?", default=Path(__file__).parent / "results" / "tier_mfr")
+    ap.add_argument("--best-other", action="store_true")
+    a = ap.parse_args()
+    print(best_other(a.root) if a.best_other else markdown(a.root))
+
+
+if __name__ == "__main__":
+    main()

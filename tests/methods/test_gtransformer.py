@@ -1,0 +1,384 @@
+"""G-Transformer (docs/methods/gtransformer.md, its "Tests" section): tags, group masks, combined
+attention, frame decoding."""
+import math
+
+import pytest
+import torch
+
+from _tiny import assert_incremental_equals_full, history, tiny_config
+
+from docnmt.errors import ConfigError
+from docnmt.attention import _blocked, attention_reference, group_mask
+from docnmt.methods.gtransformer import (CombinedAttentionSublayer, FrameConstraint, GroupAttentionPolicy,
+                                         GTransformerOptions, build, group_tags)
+from docnmt.methods.length_bias import LengthAwareScale
+from docnmt.model import AttentionSublayer, ModelConfig, State
+from docnmt.readers import read_documents
+from docnmt.search import SearchConfig, beam_search
+from docnmt.train import Trainer
+from docnmt.translate import Translator, build_model
+
+PAD, BOS, EOS, EOD = 0, 2, 3, 49
+CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=3, decoder_layers=3,
+                  dropout=0.0)
+OPTS = GTransformerOptions(combined_enc_self=2, combined_dec_self=2, combined_cross=2)
+
+
+def doc(*lengths, start=10):
+    """A group-format token row: <s> w… </s> per sentence, word ids counting up from ``start``."""
+    out, w = [], start
+    for n in lengths:
+        out += [BOS] + list(range(w, w + n)) + [EOS]
+        w += n
+    return out
+
+
+def padded(rows):
+    width = max(map(len, rows))
+    return torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
+
+
+# ---- tags (docs/methods/gtransformer.md#group-tags) -------------------------------------------
+
+def test_tags_reproduce_spec_examples():
+    a, b, c = 10, 11, 12
+    src = torch.tensor([[BOS, a, b, EOS, BOS, c, EOS, PAD, PAD]])
+    assert group_tags(src, BOS, PAD, EOD).tolist() == [[1, 1, 1, 1, 2, 2, 2, 0, 0]]
+    tgt_in = torch.tensor([[EOD, BOS, a, b, EOS, BOS, c, EOS]])
+    assert group_tags(tgt_in, BOS, PAD, EOD).tolist() == [[0, 1, 1, 1, 1, 2, 2, 2]]
+    labels = torch.tensor([[BOS, a, b, EOS, BOS, c, EOS, EOD]])
+    assert group_tags(labels, BOS, PAD, EOD).tolist() == [[1, 1, 1, 1, 2, 2, 2, 0]]
+
+
+def test_tags_equal_the_papers_rule_on_well_formed_rows():
+    """Paper: tags start at 1 and increase by one after each </s>."""
+    row = torch.tensor([doc(3, 1, 4, 2)])
+    paper = 1 + torch.cat([torch.zeros(1, 1, dtype=torch.long), row.eq(EOS).cumsum(1)[:, :-1]], 1)
+    assert torch.equal(group_tags(row, BOS, PAD, EOD), paper)
+
+
+# ---- masks (docs/methods/gtransformer.md#attention-masks) -------------------------------------
+
+def specs_for(src, tgt_in, offset=0):
+    pol = GroupAttentionPolicy(CFG, BOS, EOD)
+    pad = src.eq(PAD)
+    return pol.encoder_specs(src, pad) | pol.decoder_specs(tgt_in, src, pad, offset, offset > 0)
+
+
+def full_blocked(spec, nq, nk):
+    """The dense blocked-mask a spec stands for (padding, causality and groups)."""
+    blocked = _blocked(spec, nq, nk, "cpu")
+    return torch.zeros(1, 1, nq, nk, dtype=torch.bool) if blocked is None else blocked
+
+
+def test_every_query_row_sees_a_key_and_cross_stays_in_its_sentence():
+    src = padded([doc(3, 2, 4), doc(2, 5)])
+    tgt_in = padded([[EOD] + doc(2, 3, 3), [EOD] + doc(4, 1)])
+    specs = specs_for(src, tgt_in)
+    S, T = src.size(1), tgt_in.size(1)
+    for kind, (nq, nk) in {"enc_self": (S, S), "dec_self": (T, T), "cross": (T, S), "enc_self_global": (S, S),
+                           "dec_self_global": (T, T), "cross_global": (T, S)}.items():
+        blocked = full_blocked(specs[kind], nq, nk).expand(2, 1, nq, nk)
+        assert (~blocked).any(-1).all(), kind
+    s_tags, t_tags = group_tags(src, BOS, PAD, EOD), group_tags(tgt_in, BOS, PAD, EOD)
+    visible = ~full_blocked(specs["cross"], T, S)[:, 0]
+    for b in range(2):
+        for i in range(T):
+            if t_tags[b, i] > 0:
+                keys = visible[b, i].nonzero().squeeze(1)
+                assert (s_tags[b, keys] == t_tags[b, i]).all() and len(keys) == (s_tags[b] == t_tags[b, i]).sum()
+    # global attention: padding and causality only
+    assert torch.equal(specs["cross_global"].mask[:, 0, 0], src.eq(PAD))
+    assert specs["dec_self_global"].mask is None and specs["dec_self_global"].is_causal
+    assert all(specs[k].groups is None for k in ("enc_self_global", "dec_self_global", "cross_global"))
+
+
+def test_incremental_masks_are_rows_of_the_full_masks():
+    src = padded([doc(3, 2), doc(2, 2)])
+    tgt_in = padded([[EOD] + doc(2, 3), [EOD] + doc(4, 1)])
+    full = specs_for(src, tgt_in)
+    for t in range(1, tgt_in.size(1)):
+        step = specs_for(src, tgt_in[:, : t + 1], offset=t)
+        for kind, nk in (("dec_self", tgt_in.size(1)), ("cross", src.size(1))):
+            want = full_blocked(full[kind], tgt_in.size(1), nk).expand(2, 1, -1, -1)[:, :, t: t + 1]
+            if kind == "dec_self":
+                want = want[..., : t + 1]
+            got = full_blocked(step[kind], 1, t + 1 if kind == "dec_self" else nk).expand_as(want)
+            assert torch.equal(got, want), (kind, t)
+
+
+def test_group_mask_of_tag_zero_query_is_open():
+    tags = torch.tensor([[0, 1, 1, 2]])
+    m = group_mask(tags, tags)[0, 0]
+    assert not m[0].any() and m[1].tolist() == [True, False, False, True]
+
+
+# ---- layers and ablations (docs/methods/gtransformer.md#layer-structure-combined-attention) ----
+
+def kinds_of(model):
+    out = []
+    for layer in list(model.encoder.layers) + list(model.decoder.layers):
+        for sub in layer.sublayers:
+            if isinstance(sub, AttentionSublayer):
+                out.append(("C" if isinstance(sub, CombinedAttentionSublayer) else "G") + ":" + sub.kind)
+    return out
+
+
+@pytest.mark.parametrize("ablation,want", [
+    ("none", ["G:enc_self", "C:enc_self", "C:enc_self",
+              "G:dec_self", "G:cross", "C:dec_self", "C:cross", "C:dec_self", "C:cross"]),
+    ("only_group", ["G:enc_self"] * 3 + ["G:dec_self", "G:cross"] * 3),
+    ("only_global", ["G:enc_self", "G:enc_self_global", "G:enc_self_global",
+                     "G:dec_self", "G:cross", "G:dec_self_global", "G:cross_global",
+                     "G:dec_self_global", "G:cross_global"]),
+    ("no_target_context", ["G:enc_self", "C:enc_self", "C:enc_self",
+                           "G:dec_self", "G:cross", "G:dec_self", "C:cross", "G:dec_self", "C:cross"]),
+    ("no_source_context", ["G:enc_self"] * 3 + ["G:dec_self", "G:cross", "C:dec_self", "G:cross",
+                                                "C:dec_self", "G:cross"]),
+])
+def test_ablation_switches_choose_the_layers(ablation, want):
+    assert kinds_of(build(CFG, GTransformerOptions(group_ablation=ablation), BOS, EOD)) == want
+
+
+def test_unknown_ablation_is_a_config_error():
+    with pytest.raises(ConfigError, match="group_ablation"):
+        build(CFG, GTransformerOptions(group_ablation="nope"), BOS, EOD)
+
+
+def test_combined_gate_mixes_local_and_global_per_position_and_channel():
+    torch.manual_seed(0)
+    model = build(CFG, OPTS, BOS, EOD).eval()
+    sub = model.encoder.layers[-1].sublayers[0]
+    src = padded([doc(3, 2), doc(4)])
+    state = State(model.policy.encoder_specs(src, src.eq(PAD)))
+    x = torch.randn(2, src.size(1), CFG.d_model)
+    local = sub.attn(x, x, state.specs["enc_self"])
+    glob = sub.attn_global(x, x, state.specs["enc_self_global"])
+    g = torch.sigmoid(sub.gate(torch.cat([local, glob], -1)))
+    assert g.shape == x.shape and ((g > 0) & (g < 1)).all()
+    torch.testing.assert_close(sub.transform(x, state), g * local + (1 - g) * glob)
+    with torch.no_grad():
+        sub.gate.bias.fill_(50.0)
+    torch.testing.assert_close(sub.transform(x, state), local)
+
+
+def test_sentences_do_not_see_each_other_below_the_combined_layers():
+    """With only group attention, changing sentence 2 of the source leaves the encoder states
+    of sentence 1 unchanged, and the decoder states of target sentence 1 too."""
+    torch.manual_seed(0)
+    model = build(CFG, GTransformerOptions(group_ablation="only_group"), BOS, EOD).eval()
+    a = torch.tensor([doc(3, 2)])
+    b = a.clone()
+    b[0, -2] = 40
+    ea, eb = model.encode(a), model.encode(b)
+    torch.testing.assert_close(ea.memory[:, :5], eb.memory[:, :5])
+    assert not torch.allclose(ea.memory[:, 5:], eb.memory[:, 5:])
+    tgt = torch.tensor([[EOD] + doc(2, 2)])
+    da, db = model.decode(tgt, ea), model.decode(tgt, eb)
+    torch.testing.assert_close(da[:, 1:5], db[:, 1:5])    # position 0 (EOD, tag 0) sees every sentence
+
+
+# ---- incremental decoding with dynamic tags equals the full pass -----------------------------
+
+@pytest.mark.parametrize("length_aware", [False, True])
+def test_incremental_decoding_equals_full_forward(length_aware):
+    """Also with length-aware attention on top (G-Trans + LAA,
+    docs/methods/length_bias.md#g-transformer-with-dls-and-laa)."""
+    torch.manual_seed(0)
+    model = build(CFG, OPTS, BOS, EOD).eval()
+    if length_aware:
+        model.length_scale = LengthAwareScale()
+        model.set_training_lengths(9, 14)
+    src = padded([doc(3, 2, 2), doc(2, 4)])
+    tgt = padded([[EOD] + doc(2, 3, 1), [EOD] + doc(3, 2)])[:, :9]
+    assert_incremental_equals_full(model, src, tgt)
+
+
+# ---- the frame decoder (docs/methods/gtransformer.md#decoding-the-sentence-frame) -------------
+
+def test_frame_decoding_keeps_the_source_sentence_structure():
+    torch.manual_seed(1)
+    model = build(CFG, OPTS, BOS, EOD).eval()
+    src = padded([doc(3, 1, 2), doc(2), doc(1, 1, 1, 1)])
+    frame = FrameConstraint(src, BOS, EOS, PAD, EOD)
+    hyps = beam_search(model, src, SearchConfig(beam=3, nbest=3), EOD, EOD, banned=[PAD],
+                       processors=[frame], max_len=frame.max_len())
+    n_words = [[3, 1, 2], [2], [1, 1, 1, 1]]
+    for nbest, words in zip(hyps, n_words):
+        assert nbest
+        for h in nbest:
+            sents, cur = [], None
+            for t in h.tokens:
+                if t == BOS:
+                    assert cur is None
+                    cur = []
+                elif t == EOS:
+                    sents.append(cur)
+                    cur = None
+                else:
+                    assert cur is not None and t not in (PAD, EOD)
+                    cur.append(t)
+            assert cur is None and len(sents) == len(words)
+            for s, n in zip(sents, words):
+                assert 1 <= len(s) <= int(1.2 * n + 10)
+
+
+def test_word_dropout_only_in_its_first_epochs(tiny_dir, tmp_path):
+    cfg = tiny_config("doc2doc", max_update=1).override({"train.word_dropout": 0.5, "train.word_dropout_epochs": 2})
+    tr = Trainer(cfg, tiny_dir / "data", tmp_path / "m", progress_bar=False)
+    batch = tr.epoch_batches(1)[0]
+    clean = tr.train_set.collate(batch)
+    for epoch, dropped in ((1, True), (2, True), (3, False)):
+        out = tr.collate(batch, epoch, 0)
+        assert (not torch.equal(out["src"], clean["src"])) == dropped, epoch
+        assert torch.equal(out["labels"], clean["labels"])            # labels never
+
+
+def test_frame_keeps_every_sentence_past_the_training_positions():
+    """A whole document may need more target positions than the model was trained with: the
+    search is not cut at max_positions, so no sentence comes back empty."""
+    cfg = ModelConfig(**{**vars(CFG), "max_positions": 32})
+    torch.manual_seed(0)
+    model = build(cfg, OPTS, BOS, EOD).eval()
+    with torch.no_grad():                              # words likely, </s> unlikely: long sentences
+        model.decoder.embed.table.weight[EOS] -= 5
+    src = torch.tensor([doc(*[4] * 8)])                 # 48 source tokens, frame limit 8 × 14 words
+    frame = FrameConstraint(src, BOS, EOS, PAD, EOD)
+    hyp = beam_search(model, src, SearchConfig(beam=2), EOD, EOD, banned=[PAD],
+                      processors=[frame], max_len=frame.max_len())[0][0]
+    assert len(hyp.tokens) > 32 and hyp.tokens.count(EOS) == 8 and hyp.tokens.count(BOS) == 8
+
+
+def test_frame_needs_a_word_in_every_sentence():
+    frame = FrameConstraint(torch.tensor([doc(2, 2)]), BOS, EOS, PAD, EOD)
+    lprobs = torch.zeros(1, 50)
+    frame(2, torch.tensor([[EOD, BOS]]), lprobs, torch.tensor([0]), torch.tensor([99]))
+    assert not torch.isfinite(lprobs[0, [EOS, BOS, EOD]]).any() and torch.isfinite(lprobs[0, 20])
+
+
+def test_frame_forces_sentence_end_at_the_maximum():
+    src = torch.tensor([doc(1)])
+    frame = FrameConstraint(src, BOS, EOS, PAD, EOD, a=1.0, b=1)      # at most 2 words
+    tokens = torch.tensor([[EOD, BOS, 20, 21]])
+    lprobs = torch.zeros(1, 50)
+    frame(3, tokens, lprobs, torch.tensor([0]), torch.tensor([99]))
+    assert torch.isfinite(lprobs[0]).nonzero().squeeze(1).tolist() == [EOS]
+    lprobs = torch.zeros(1, 50)
+    frame(4, torch.tensor([[EOD, BOS, 20, 21, EOS]]), lprobs, torch.tensor([0]), torch.tensor([99]))
+    assert torch.isfinite(lprobs[0]).nonzero().squeeze(1).tolist() == [EOD]     # no sentence left
+
+
+def test_reference_attention_model_agrees(monkeypatch):
+    """The group masks through SDPA equal the explicit reference implementation."""
+    torch.manual_seed(0)
+    model = build(CFG, OPTS, BOS, EOD).eval()
+    src = padded([doc(3, 2), doc(2, 2, 1)])
+    tgt = padded([[EOD] + doc(2, 3), [EOD] + doc(1, 1, 2)])
+    with torch.no_grad():
+        fast = model(src, tgt)
+        monkeypatch.setattr("docnmt.attention.attention_sdpa", attention_reference)
+        ref = model(src, tgt)
+    torch.testing.assert_close(fast, ref, rtol=1e-4, atol=1e-4)
+
+
+# ---- end to end on real text: train, translate batched and unbatched --------------------------
+
+@pytest.mark.slow
+def test_train_and_translate_documents(tiny_dir, tmp_path):
+    data = tiny_dir / "data"
+    cfg = tiny_config("doc2doc", max_update=8).override({
+        "method.name": "gtransformer", "data.separator": "group", "method.combined_enc_self": 1,
+        "method.combined_dec_self": 1, "method.combined_cross": 1, "data.max_instance_tokens": 160})
+    Trainer(cfg, data, tmp_path / "m", progress_bar=False).train()
+    valid = [row for row in history(tmp_path / "m") if "valid_loss" in row]
+    kinds = {k[len("valid_entropy_"):] for k in valid[-1] if k.startswith("valid_entropy_")}
+    assert kinds == {"enc_self", "enc_self_global", "dec_self", "dec_self_global", "cross", "cross_global"}
+    assert valid[-1]["valid_entropy_cross"] < valid[-1]["valid_entropy_cross_global"]   # groups: fewer keys
+    tr = Translator.load(tmp_path / "m", device="cpu")
+    docs = [d for d in read_documents(str(tiny_dir / "raw/ted.en"), fmt="marker")[:2]]
+    for d in docs:
+        d.src = d.src[:12]
+    search = tr.cfg.decode.__class__(**{**vars(tr.cfg.decode), "beam": 2, "max_sentences": 8})
+    out, report = tr.translate(docs, search)
+    assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
+    assert report.instances > 2 and report.malformed_instances == 0     # the frame guarantees it
+    single, _ = tr.translate(docs, tr.cfg.decode.__class__(**{**vars(search), "max_sentences": 1}))
+    assert [d.tgt for d in single] == [d.tgt for d in out]
+    # the official generator's start token (<s>): the frame still holds
+    official, report = tr.translate(docs, tr.cfg.decode.__class__(**{**vars(search), "official_start": True}))
+    assert [len(d.tgt) for d in official] == [len(d.src) for d in docs] and report.malformed_instances == 0
+    # whole documents, one instance each, when asked
+    tr.cfg = tr.cfg.override({"data.max_instance_tokens": 0})
+    whole, report = tr.translate(docs, search)
+    assert report.instances == len(docs) and report.malformed_instances == 0
+    assert [len(d.tgt) for d in whole] == [len(d.src) for d in docs]
+
+
+def test_group_format_is_required():
+    cfg = tiny_config("doc2doc").override({"method.name": "gtransformer"})
+    with pytest.raises(ConfigError, match="separator: group"):
+        build_model(cfg, type("V", (), {"__len__": lambda s: 50, "pad": 0, "bos": 2,
+                                        "id": lambda s, x: 49})())
+
+
+def test_fine_tuning_from_a_sentence_model(tiny_dir, tmp_path):
+    """Fine-tuning (docs/methods/gtransformer.md#fine-tuning-from-a-sentence-model): the
+    sentence model's attention becomes the local attention, global attention
+    and gates stay fresh, the two groups train at lr and 0.2·lr, and a resumed run keeps them."""
+    from safetensors.torch import load_file
+    data = tiny_dir / "data"
+    sent = tiny_config("sent2sent", max_update=3).override({"data.separator": "group"})
+    Trainer(sent, data, tmp_path / "sent", progress_bar=False).train()
+    doc_cfg = tiny_config("doc2doc", max_update=4, save_interval_updates=2, pretrained_lr_scale=0.2).override({
+        "method.name": "gtransformer", "data.separator": "group", "method.combined_enc_self": 1,
+        "method.combined_dec_self": 1, "method.combined_cross": 1})
+    tr = Trainer(doc_cfg, data, tmp_path / "gt", progress_bar=False, init_from=tmp_path / "sent")
+    weights = load_file(str(tmp_path / "sent" / "model.safetensors"))
+    params = dict(tr.model.named_parameters())
+    local = "decoder.layers.1.sublayers.1.attn.in_proj.weight"          # a combined cross-attention's local part
+    assert torch.equal(params[local], weights[local])
+    assert "decoder.layers.1.sublayers.1.attn_global.in_proj.weight" not in weights
+    assert set(tr.pretrained) == set(weights) & set(params)
+    lrs = [g["initial_lr"] for g in tr.optimizer.param_groups]
+    assert lrs == pytest.approx([tr.cfg.train.lr, 0.2 * tr.cfg.train.lr])
+    assert len(tr.optimizer.param_groups[1]["params"]) == len(tr.pretrained)
+    tr.train()
+    ratio = [g["lr"] for g in tr.optimizer.param_groups]
+    assert ratio[1] == pytest.approx(0.2 * ratio[0])                     # one schedule, two scales
+    # resumed with bf16 autocast: two parameter groups and mixed precision together
+    # (docs/methods/gtransformer.md#gt-mixed-precision)
+    resumed = Trainer(doc_cfg.override({"train.max_update": 6, "train.precision": "bf16"}), data, tmp_path / "gt",
+                      progress_bar=False)
+    assert resumed.pretrained == tr.pretrained and len(resumed.optimizer.param_groups) == 2
+    resumed.train()
+    assert resumed.progress.updates == 6
+
+
+def test_init_from_a_model_of_another_size_is_a_clear_error(tiny_dir, tiny_model, tmp_path):
+    from docnmt.errors import DocnmtError
+    bigger = tiny_config("sent2sent", max_update=1).override({"model.d_model": 48})
+    with pytest.raises(DocnmtError, match="do not fit"):
+        Trainer(bigger, tiny_dir / "data", tmp_path / "b", progress_bar=False, init_from=tiny_model("sent2sent"))
+
+
+def test_attention_entropy_probe_matches_its_definition():
+    """Entropy (docs/methods/discourse.md#attention-entropy) in bits of head-averaged weights, per
+    query; uniform attention over m keys has log2(m) bits; group attention over sentences of 3 and
+    2 tokens has less than global."""
+    from docnmt.attention import AttentionProbe, module_kind
+    from docnmt.model import AttnSpec, MultiheadAttention
+    torch.manual_seed(0)
+    mha = MultiheadAttention(CFG.d_model, CFG.heads, name="enc.0.self")
+    with torch.no_grad():
+        mha.in_proj.weight.zero_()          # all logits 0: uniform weights
+    x = torch.randn(1, 5, CFG.d_model)
+    tags = torch.tensor([[1, 1, 1, 2, 2]])
+    with AttentionProbe() as probe:
+        mha(x, x, AttnSpec())
+        mha(x, x, AttnSpec(groups=(tags, tags)))
+    full, group = probe.entropy["enc.0.self"]
+    torch.testing.assert_close(full, torch.full((1, 5), math.log2(5)))
+    torch.testing.assert_close(group, torch.tensor([[math.log2(3)] * 3 + [1.0] * 2]))
+    assert AttentionProbe.active is None
+    assert [module_kind(n) for n in ("enc.2.self", "dec.0.self", "dec.1.cross", "dec.1.cross.global")] == \
+        ["enc_self", "dec_self", "cross", "cross_global"]
