@@ -13,8 +13,8 @@ import argparse
 
 import torch
 
-from docnmt.data import Corpus, build_instances
 from docnmt.attention import AttentionProbe, attention_weights
+from docnmt.data import Corpus, build_instances
 from docnmt.readers import read_documents
 from docnmt.scoring import teacher_forced
 from docnmt.translate import Translator
@@ -52,7 +52,8 @@ def where(model_dir: str, src: str, ref: str, window: int) -> dict[str, dict[str
                 w = w.cpu()
                 top = w.argmax(-1)
                 shared = sum(int((t == t.mode().values).sum()) for t in (top[b][real[b]] for b in range(len(top))))
-                stats = torch.tensor([float((w * near).sum(-1)[real].sum()), float((w * special[:, None, :]).sum(-1)[real].sum()),
+                stats = torch.tensor([float((w * near).sum(-1)[real].sum()),
+                                      float((w * special[:, None, :]).sum(-1)[real].sum()),
                                       float(w.max(-1).values[real].sum()), float(shared)])
                 sums[name] = sums.get(name, torch.zeros(4)) + stats
             probe.weights.clear()
@@ -67,7 +68,8 @@ def main() -> None:
     ap.add_argument("--ref", required=True)
     ap.add_argument("--window", type=int, default=8, help="W of 'within ±W tokens' (default 8)")
     args = ap.parse_args()
-    print(f"| model | layer | mass within ±{args.window} | mass on special tokens | mean max weight | queries sharing the top key |")
+    print(f"| model | layer | mass within ±{args.window} | mass on special tokens | mean max weight "
+          "| queries sharing the top key |")
     print("|---|---|---|---|---|---|")
     for m in args.models:
         for name, s in where(m, args.src, args.ref, args.window).items():

@@ -66,6 +66,7 @@ def time_forward_backward(model, batch: dict, repeats: int) -> tuple[float, floa
     """Median seconds of ``repeats`` training forward+backward passes (after one untimed) and
     the peak memory they added (MB)."""
     import numpy as np
+
     from docnmt.train import forward_loss
     base = peak_rss_mb()
     times = []

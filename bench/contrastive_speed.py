@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import common
@@ -25,7 +24,8 @@ def main():
     ap.add_argument("--model", help="a trained model directory")
     ap.add_argument("--preset", help="or a preset with random weights ...")
     ap.add_argument("--vocab", help="... and the vocabulary of this model or data directory")
-    ap.add_argument("--suite", default=str(common.SHARED / "enru/suites/voita2019/consistency_testsets/deixis_test.json"))
+    ap.add_argument("--suite",
+                    default=str(common.SHARED / "enru/suites/voita2019/consistency_testsets/deixis_test.json"))
     ap.add_argument("--split", default="valid", help="SCAT split")
     ap.add_argument("--limit", type=int, default=0, help="score only the first N examples")
     ap.add_argument("--batch-tokens", type=int, default=0, help="tokens per batch (0 = the model's decoding budget)")
@@ -50,7 +50,8 @@ def main():
          "examples": len(examples), "candidates": n, "seconds": t.seconds, "examples_per_s": len(examples) / t.seconds,
          "accuracy": rep["accuracy"], "ties": rep["ties"], "threads": a.threads,
          "source_tokens": sum(len(tr.vocab.encode(s, "src")) for e in examples for s in [e.src, *e.src_context]),
-         "target_tokens": sum(len(tr.vocab.encode(s)) for e in examples for c in e.candidates for s in [c.tgt, *c.tgt_context])}
+         "target_tokens": sum(len(tr.vocab.encode(s)) for e in examples for c in e.candidates
+                              for s in [c.tgt, *c.tgt_context])}
     print(f"{r['model']} ({r['mode']}): {len(examples)} examples, {n} candidates in {t.seconds:.1f} s "
           f"= {r['examples_per_s']:.1f} examples/s ({r['target_tokens']} target tokens); accuracy "
           f"{100 * rep['accuracy']:.1f}% ({rep['ties']} ties)")

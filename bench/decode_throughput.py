@@ -44,7 +44,8 @@ def measure(model: str, a) -> dict:
          "batched_equals_unbatched": same, "threads": a.threads, "coverage": report.summary()}
     print(f"{model}: {r['method']}/{r['mode']}, {r['instances']} instances, {tokens} target tokens in "
           f"{t.seconds:.1f} s = {r['target_tokens_per_s']:.0f} tok/s (beam {a.beam}, batch {a.batch_size}, "
-          f"{a.precision}); batched == unbatched on {a.check_docs} talk(s): {'n/a' if same is None else same}", flush=True)
+          f"{a.precision}); batched == unbatched on {a.check_docs} talk(s): {'n/a' if same is None else same}",
+          flush=True)
     return r
 
 

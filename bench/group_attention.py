@@ -29,6 +29,7 @@ MODELS = ("vanilla", "vanilla_explicit", "gt", "gt_local", "gt_local_dense")
 def one(model_name: str, tokens: int, sent_len: int, threads: int, repeats: int) -> dict:
     import numpy as np
     import torch
+
     from docnmt import attention
     from docnmt.config import Config
     from docnmt.methods.gtransformer import build
@@ -43,7 +44,8 @@ def one(model_name: str, tokens: int, sent_len: int, threads: int, repeats: int)
     bos, eos, eod = 2, 3, 7999
     # the reference costs: group masks as dense N×N masks, attention as an explicit softmax
     if model_name == "gt_local_dense":
-        attention.attention_grouped = lambda q, k, v, spec, dropout=0.0: attention.attention_masked(q, k, v, spec, dropout)
+        attention.attention_grouped = (lambda q, k, v, spec, dropout=0.0:
+                                       attention.attention_masked(q, k, v, spec, dropout))
     if model_name == "vanilla_explicit":
         attention.attention_sdpa = attention.attention_reference
     if model_name.startswith("vanilla"):

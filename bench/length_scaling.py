@@ -17,6 +17,7 @@ import common
 def one(preset: str, length: int, threads: int, repeats: int) -> dict:
     import numpy as np
     import torch
+
     from docnmt.config import Config
     from docnmt.data import Corpus, InstanceSet, build_instances
     from docnmt.methods import build_model, make_joiner
@@ -26,7 +27,8 @@ def one(preset: str, length: int, threads: int, repeats: int) -> dict:
     vocab = Vocab.load(data)
     cfg = Config.load(preset).override({"data.mode": "doc2doc", "model.max_positions": max(1024, length + 2)})
     corpus = Corpus.load(data, "valid")
-    iset = InstanceSet(corpus, build_instances(corpus, cfg.data, training=False), make_joiner(vocab, cfg.data.separator))
+    iset = InstanceSet(corpus, build_instances(corpus, cfg.data, training=False),
+                       make_joiner(vocab, cfg.data.separator))
     src = np.resize(np.concatenate([iset.source(k) for k in range(8)]), length)
     tgt = np.resize(np.concatenate([iset.target(k)[1] for k in range(8)]), length)
     model = build_model(cfg, vocab).train()

@@ -45,7 +45,8 @@ def main():
             cells = [f"{score(got[x], m):.2f}" if x in got else "–" for x in xs]
             print(f"| {name} | {col} | {' | '.join(cells)} |")
     for name, path in baselines.items():
-        print(f"| {name} | " + ", ".join(f"{col} {score(path, m):.2f}" for m, col in zip(a.metrics, metric_cols)) + " |")
+        print(f"| {name} | "
+              + ", ".join(f"{col} {score(path, m):.2f}" for m, col in zip(a.metrics, metric_cols)) + " |")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -23,6 +23,7 @@ def main():
     a = ap.parse_args()
     common.set_threads(a.threads)
     from torch.profiler import ProfilerActivity, profile
+
     import docnmt
     from docnmt.readers import read_documents
     tr = docnmt.load(a.model, device="cpu")

@@ -24,6 +24,7 @@ def main():
     a = ap.parse_args()
     common.set_threads(a.threads)
     from torch.profiler import ProfilerActivity, profile
+
     from docnmt.config import Config
     from docnmt.train import Trainer
     data = common.tier_m_data()

@@ -25,6 +25,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     import torch
+
     from docnmt import attention as m
     common.set_threads(a.threads)
     torch.manual_seed(0)

@@ -17,7 +17,8 @@ ORDER = ["control", "doc2doc", "gt", "gt_dls_laa", "pt", "docflat_d", "context"]
 NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (control)", "doc2doc": "Doc2Doc",
          "gt": "G-Transformer (fine-tuned)", "gt_dls_laa": "G-Transformer + DLS + LAA", "pt": "P-Transformer",
          "docflat_d": "DocFlat_D (two-pass)", "context": "context-encoder Transformer"}
-SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"), ("scat_yin2021_enfr", "SCAT valid"))
+SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
+          ("scat_yin2021_enfr", "SCAT valid"))
 
 
 def load(path: Path):

@@ -25,6 +25,7 @@ def one(preset: str, kind: str, updates: int, warmup: int, threads: int, max_tok
         init_from: str | None = None) -> dict:
     import numpy as np
     import torch
+
     from docnmt.config import Config
     from docnmt.train import Trainer
     common.set_threads(threads)

@@ -259,7 +259,8 @@ def _group_spans(tags: Tensor, n_groups: int) -> tuple[Tensor, Tensor]:
     tokens of one group are contiguous: tags count ``<s>`` tokens left to right."""
     B, n = tags.shape
     pos = torch.arange(n, device=tags.device).expand(B, n)
-    size = torch.zeros(B, n_groups + 1, dtype=torch.long, device=tags.device).scatter_add_(1, tags, torch.ones_like(tags))
+    size = torch.zeros(B, n_groups + 1, dtype=torch.long, device=tags.device).scatter_add_(
+        1, tags, torch.ones_like(tags))
     start = torch.full((B, n_groups + 1), n, dtype=torch.long, device=tags.device)
     start = start.scatter_reduce(1, tags, pos, "amin")
     return start[:, 1:], size[:, 1:]
@@ -460,7 +461,10 @@ class MultiheadAttention(nn.Module):
         b, _, n, _ = q.shape
         if k.size(0) != b:        # beams sharing one input's keys: fold them into the query axis
             beams = b // k.size(0)
-            fold = lambda t: t.view(-1, beams, *t.shape[1:]).transpose(1, 2).flatten(2, 3)
+
+            def fold(t):
+                return t.view(-1, beams, *t.shape[1:]).transpose(1, 2).flatten(2, 3)
+
             spec = AttnSpec(mask=None if spec.mask is None else spec.mask[::beams],
                             scale=None if spec.scale is None else fold(spec.scale.expand(b, -1, n, -1)))
             out = attention_sdpa(fold(q), k, v, spec, self.dropout if self.training else 0.0)

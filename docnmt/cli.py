@@ -71,20 +71,22 @@ DECODE_FLAGS = {
     "--min-len": ("decode.min_len", int, "minimum output length"),
     "--nbest": ("decode.nbest", int, "hypotheses kept per input (JSONL output)"),
     "--no-repeat-ngram-size": ("decode.no_repeat_ngram_size", int,
-                               "never repeat an n-gram of word pieces in a hypothesis (0 = off; separators do not count)"),
+                               "never repeat an n-gram of word pieces in a hypothesis "
+                               "(0 = off; separators do not count)"),
     "--batch-tokens": ("decode.max_tokens", int, "source tokens per decoding batch"),
     "--batch-size": ("decode.max_sentences", int, "instances per decoding batch"),
     "--precision": ("decode.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 (autocast)"),
     "--official-start": ("decode.official_start", str,
-                         "true: G-Transformer starts decoding from <s> like the official code (default: EOD, as in training)"),
+                         "true: G-Transformer starts decoding from <s> like the official code "
+                         "(default: EOD, as in training)"),
     "--max-instance-tokens": ("data.max_instance_tokens", int,
                               "Doc2Doc: split documents into instances of fewer tokens (0 = whole documents)"),
     "--sliding": ("decode.sliding", str, "true: Doc2Doc sliding decoding of documents longer than the window"),
     "--sliding-window": ("decode.sliding_window", float, "sliding window as a share of the training instance budget"),
     "--sentence-count": ("decode.sentence_count", str, "true: force the source's sentence count (separator formats)"),
     "--first-pass": ("decode.first_pass", str,
-                     ("DocFlat: pass 1 of two-pass decoding, a sentence model's directory or a file of its translations "
-                      "(one line per input sentence; default: the model itself)")),
+                     ("DocFlat: pass 1 of two-pass decoding, a sentence model's directory or a file of its "
+                      "translations (one line per input sentence; default: the model itself)")),
 }
 
 
@@ -184,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--comet-model", help="also COMET with this local checkpoint (needs --src and unbabel-comet; "
                                          "never downloads; skipped with a one-line note otherwise)")
 
-    p = sub.add_parser("score-contrastive", help="accuracy of a model on a contrastive test suite (pronouns, deixis, ...)")
+    p = sub.add_parser("score-contrastive",
+                       help="accuracy of a model on a contrastive test suite (pronouns, deixis, ...)")
     p.add_argument("model", help="model directory")
     p.add_argument("suite", help="suite file or directory: Voita et al. JSON, Bawden et al. JSON, SCAT directory, "
                                  "or contrapro.json with its text/context files")
@@ -193,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-context", type=int, help="at most this many context sentences (default: all the suite "
                                                    "gives that fit the model's instance budget)")
     p.add_argument("--no-detokenize", action="store_true", help="Voita et al.: keep the suite's Moses tokenisation")
-    p.add_argument("--langs", nargs=2, metavar=("SRC", "TGT"), help="languages of the suite (detokeniser, ContraPro files)")
+    p.add_argument("--langs", nargs=2, metavar=("SRC", "TGT"),
+                   help="languages of the suite (detokeniser, ContraPro files)")
     p.add_argument("--scores", help="write per-example candidate scores here (JSONL)")
     p.add_argument("--against", metavar="SCORES", help="a baseline's --scores file on the same suite: report the "
                                                        "accuracy difference and its exact McNemar p-value")
@@ -205,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true", help="overwrite existing --scores/--json/--plot files")
 
-    p = sub.add_parser("entropy", help="attention entropy per module (bits) and self-attention distance (tokens) of a model on parallel documents")
+    p = sub.add_parser("entropy", help="attention entropy per module (bits) and self-attention distance (tokens) "
+                                       "of a model on parallel documents")
     p.add_argument("model", help="model directory")
     p.add_argument("--src", required=True, help="source documents")
     p.add_argument("--ref", required=True, help="target documents")
@@ -215,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--quiet", "-q", action="store_true")
 
-    p = sub.add_parser("fba-map", help="DocFlat: the encoder flat-batch attention of one decoding batch, per sentence pair (PNG)")
+    p = sub.add_parser("fba-map", help="DocFlat: the encoder flat-batch attention of one decoding batch, "
+                                       "per sentence pair (PNG)")
     p.add_argument("model", help="DocFlat model directory")
     p.add_argument("--src", "-i", required=True, help="source documents (any input format)")
     p.add_argument("--format", default="auto", help="input format (as for translate)")
@@ -227,14 +233,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--force", action="store_true")
 
-    p = sub.add_parser("compare", help="one table (Markdown, CSV) of all metrics of several systems on the same test data")
-    p.add_argument("runs", nargs="+", metavar="RUN", help="model directories or translation files, optionally NAME=PATH")
+    p = sub.add_parser("compare",
+                       help="one table (Markdown, CSV) of all metrics of several systems on the same test data")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="model directories or translation files, optionally NAME=PATH")
     p.add_argument("--src", required=True, help="source documents of the test set")
     p.add_argument("--ref", required=True, help="reference documents (marker or JSONL)")
     p.add_argument("--format", default="auto", help="format of --src (as for translate)")
-    p.add_argument("--out", default="compare", help="directory for compare.md/.csv/.json, plots and cached translations")
+    p.add_argument("--out", default="compare",
+                   help="directory for compare.md/.csv/.json, plots and cached translations")
     p.add_argument("--baseline", help="system the others are tested against (default: the first)")
-    p.add_argument("--suite", action="append", default=[], help="also score model directories on this contrastive suite")
+    p.add_argument("--suite", action="append", default=[],
+                   help="also score model directories on this contrastive suite")
     p.add_argument("--suite-format", default="auto", choices=["auto", "voita", "bawden", "scat", "contrapro"])
     p.add_argument("--suite-split", default="valid", help="SCAT split of the suites")
     p.add_argument("--suite-langs", nargs=2, metavar=("SRC", "TGT"), help="languages of the suites")
@@ -442,8 +452,16 @@ def _comet(args, hyp, ref) -> dict | None:
 
 
 def cmd_score_contrastive(args) -> int:
-    from .contrastive import (accuracy_report, format_report, paired_test, plot_accuracy_by, read_decisions,
-                              right_answers, score_examples, write_scores)
+    from .contrastive import (
+        accuracy_report,
+        format_report,
+        paired_test,
+        plot_accuracy_by,
+        read_decisions,
+        right_answers,
+        score_examples,
+        write_scores,
+    )
     from .suites import read_suite
     from .translate import Translator
     baseline = read_decisions(args.against) if args.against else None
@@ -516,7 +534,8 @@ def cmd_compare(args) -> int:
     compare(args.runs, args.src, args.ref, args.out, baseline=args.baseline, fmt=args.format, suites=args.suite,
             suite_format=args.suite_format,
             suite_options={"split": args.suite_split, "detokenize": not args.no_detokenize,
-                           "lang": tuple(args.suite_langs) if args.suite_langs else None}, tcp_dir=args.tcp, comet_model=args.comet_model,
+                           "lang": tuple(args.suite_langs) if args.suite_langs else None},
+            tcp_dir=args.tcp, comet_model=args.comet_model,
             samples=args.bootstrap_samples, force=args.force, log=lambda m: print(m, file=sys.stderr),
             progress=not args.quiet)
     print((Path(args.out) / "compare.md").read_text())

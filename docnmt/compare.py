@@ -70,7 +70,8 @@ def suite_names(paths: list[str]) -> dict[str, str]:
 
 
 def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: str | None = None,
-            fmt: str = "auto", suites: list[str] = (), suite_format: str = "auto", suite_options: dict | None = None, tcp_dir: str | None = None,
+            fmt: str = "auto", suites: list[str] = (), suite_format: str = "auto", suite_options: dict | None = None,
+            tcp_dir: str | None = None,
             comet_model: str | None = None, samples: int = 1000, force: bool = False,
             log: Callable[[str], None] = print, progress: bool = True) -> dict:
     from .contrastive import paired_test

@@ -73,7 +73,8 @@ class DecodeConfig(SearchConfig):
                                   # (docs/methods/length_bias.md#sliding-decoding)
     sliding_window: float = 0.8   # window = this × data.max_instance_tokens source tokens
     sentence_count: bool = False  # separator formats: force the source's sentence count (implied by sliding)
-    first_pass: str = ""          # DocFlat: pass 1 from a sentence model directory or a file of translations; "" = the model itself
+    first_pass: str = ""          # DocFlat: pass 1 from a sentence model directory or a file of translations;
+                                  # "" = the model itself
 
 
 @dataclass

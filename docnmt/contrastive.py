@@ -125,11 +125,12 @@ def _order(item):
 
 def format_report(report: dict, title: str = "") -> str:
     lines = [f"{title}: " if title else ""]
-    lines[0] += (f"accuracy {100 * report['accuracy']:.2f}% ({report['correct']}/{report['examples']}, ties as errors); "
-                 f"lenient {100 * report['accuracy_lenient']:.2f}% ({report['ties']} ties)")
+    lines[0] += (f"accuracy {100 * report['accuracy']:.2f}% ({report['correct']}/{report['examples']}, "
+                 f"ties as errors); lenient {100 * report['accuracy_lenient']:.2f}% ({report['ties']} ties)")
     for key, groups in report["by"].items():
         lines.append(f"  by {key}:")
-        lines += [f"    {v:<14} {100 * g['accuracy']:6.2f}%  ({g['correct']}/{g['examples']})" for v, g in groups.items()]
+        lines += [f"    {v:<14} {100 * g['accuracy']:6.2f}%  ({g['correct']}/{g['examples']})"
+                  for v, g in groups.items()]
     return "\n".join(lines)
 
 
@@ -157,8 +158,12 @@ def plot_accuracy_by(reports: dict[str, dict], key: str, path: str | Path, title
         x = np.arange(len(values)) + (i - (len(series) - 1) / 2) * width
         ax.bar(x, [100 * groups[v]["accuracy"] if v in groups else 0 for v in values], width, label=name)
     ax.set_xticks(np.arange(len(values)), values)
-    ax.set_xlabel(key); ax.set_ylabel("accuracy (%)"); ax.set_ylim(0, 100)
-    ax.set_title(title or f"contrastive accuracy by {key}"); ax.grid(alpha=0.3, axis="y"); ax.legend(fontsize=8)
+    ax.set_xlabel(key)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title or f"contrastive accuracy by {key}")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -131,8 +131,11 @@ def plot_by_length(rows: list[dict] | dict[str, list[dict]], path, title: str = 
     for r in next(iter(series.values()), []):
         ax.annotate(str(r["n_docs"]), (r["mean_length"], r["d_bleu"]), textcoords="offset points", xytext=(0, 5),
                     fontsize=7, ha="center")
-    ax.set_xscale("log"); ax.set_xlabel("document length (source words; label: documents)")
-    ax.set_ylabel("d-BLEU"); ax.set_title(title or "quality vs document length"); ax.grid(alpha=0.3)
+    ax.set_xscale("log")
+    ax.set_xlabel("document length (source words; label: documents)")
+    ax.set_ylabel("d-BLEU")
+    ax.set_title(title or "quality vs document length")
+    ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -81,8 +81,8 @@ def encoder_states(tr: Translator, docs: list[Document], max_tokens: int | None 
             captured.clear()
             tr.model.encode(src, **{k: v.to(tr.device) for k, v in model_inputs(batch).items()})
             real = src.ne(tr.vocab.pad)
-            for l, out in enumerate(captured):      # positions a method prepends (DocFlat's MBE) are not probed
-                layers[l].append(out[:, out.size(1) - src.size(1):][real].float().cpu())
+            for layer, out in enumerate(captured):  # positions a method prepends (DocFlat's MBE) are not probed
+                layers[layer].append(out[:, out.size(1) - src.size(1):][real].float().cpu())
             pos = torch.arange(src.size(1), device=src.device).expand_as(src)
             positions.append(pos[real].cpu())
             seq = torch.as_tensor(idx, device=src.device)[:, None].expand_as(src)
@@ -214,7 +214,10 @@ def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[in
             if task == "absolute":
                 ax.plot([r["layer"] for r in rows], [r["accuracy_pm3"] for r in rows], "s--", alpha=0.5,
                         color=color[name], label=f"{name} ±3")
-        ax.set_title(label); ax.set_xlabel("encoder layer"); ax.set_ylabel("accuracy"); ax.grid(alpha=0.3)
+        ax.set_title(label)
+        ax.set_xlabel("encoder layer")
+        ax.set_ylabel("accuracy")
+        ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -228,7 +231,10 @@ def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[in
                 top = res[task][-1]["by_distance"]
                 ax.plot(list(top), list(top.values()), ".-", color=color[name], label=name)
         ax.set_title(f"{task.replace('_', ' ')} accuracy per distance i − j (top layer)")
-        ax.set_xlabel("i − j"); ax.set_ylabel("accuracy"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
+        ax.set_xlabel("i − j")
+        ax.set_ylabel("accuracy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
         fig.tight_layout()
         paths.append(out_dir / f"probe_{task}_distance.png")
         fig.savefig(paths[-1], dpi=100)
@@ -237,9 +243,12 @@ def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[in
         fig, ax = plt.subplots(figsize=(6, 4))
         for name, by_len in lengths.items():
             ax.plot(list(by_len), list(by_len.values()), "o-", color=color[name], label=name)
-        ax.set_xscale("log", base=2); ax.set_xlabel("input length (tokens)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("input length (tokens)")
         ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.set_ylabel("absolute-position accuracy (top layer)"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
+        ax.set_ylabel("absolute-position accuracy (top layer)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
         fig.tight_layout()
         paths.append(out_dir / "probe_input_length.png")
         fig.savefig(paths[-1], dpi=100)

@@ -27,8 +27,8 @@ def last_sentence_rows(translator, corpus: Corpus, max_context: int | None = Non
     """One instance per document whose target ends with the document's last sentence, built
     as the model's mode builds it: Sent2Sent ``(n, n+1, n)``; Doc2Sent with its K previous
     source sentences; pseudo-documents with their K previous sentences on both sides (a DocFlat
-    model then scores each instance in a batch of its own); document modes with as many previous sentences (at most ``max_context``)
-    as the training split would put with it (Σ max(|x|, |y|) + 2 below the instance budget and
+    model then scores each instance in a batch of its own); document modes with as many previous sentences
+    (at most ``max_context``) as the training split would put with it (Σ max(|x|, |y|) + 2 below the instance budget and
     the model's positions), on both sides. (A context-encoder model's context input always has
     its configured N sentences.)"""
     data, max_pos = translator.cfg.data, translator.cfg.model.max_positions
@@ -101,7 +101,8 @@ def sentence_logprobs(translator, docs: list[Document], max_context: int | None 
                        for _, b, t in rows.tolist()])
     out = np.zeros(len(rows))
     for idx, _, lp, _ in teacher_forced(translator, corpus, rows, max_tokens=max_tokens, progress=progress):
-        keep = torch.arange(lp.size(1), device=lp.device)[None, :] >= torch.as_tensor(skip[idx], device=lp.device)[:, None]
+        keep = (torch.arange(lp.size(1), device=lp.device)[None, :]
+                >= torch.as_tensor(skip[idx], device=lp.device)[:, None])
         out[idx] = (lp * keep).sum(1).double().cpu().numpy()
     return out
 

@@ -24,10 +24,9 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from .checkpoint import (WEIGHTS, atomic_write, last_checkpoint, load_state, load_weights, save_checkpoint,
-                         save_weights)
 from . import methods
 from .attention import AttentionProbe
+from .checkpoint import WEIGHTS, atomic_write, last_checkpoint, load_state, load_weights, save_checkpoint, save_weights
 from .config import TRAIN_PRECISIONS, Config
 from .data import Corpus, InstanceSet, build_instances, model_inputs, word_dropout
 from .errors import ConfigError, DocnmtError
@@ -320,7 +319,9 @@ class Trainer:
                 loss, nll, ntok = self.update([self.collate(b, p.epoch, p.batch_in_epoch + i)
                                                for i, b in enumerate(group)])
                 p.batch_in_epoch += len(group)
-                window["loss"] += loss; window["nll"] += nll; window["tokens"] += ntok
+                window["loss"] += loss
+                window["nll"] += nll
+                window["tokens"] += ntok
                 bar.update(1)
                 if (tc.log_interval > 0 and p.updates % tc.log_interval == 0) or p.batch_in_epoch >= len(batches) \
                         or self.done():
@@ -365,7 +366,9 @@ class Trainer:
                                      enabled=self.amp_dtype is not None):
                 loss, nll, n = forward_loss(self.ddp, batch, tc.label_smoothing)
                 self.scaler.scale(loss).backward()
-            total_loss += loss.item(); total_nll += nll.item(); ntokens += n
+            total_loss += loss.item()
+            total_nll += nll.item()
+            ntokens += n
         total_loss, total_nll, all_tokens = self.dist.all_sum([total_loss, total_nll, float(ntokens)])
         self.scaler.unscale_(self.optimizer)
         scale = self.dist.world / max(all_tokens, 1.0)    # DDP averaged over ranks; make it per-token
@@ -395,7 +398,9 @@ class Trainer:
                                 enabled=self.amp_dtype is not None), \
                     (AttentionProbe() if entropy else contextlib.nullcontext()) as probe:
                 l_, n_, t_ = forward_loss(self.model, batch, self.cfg.train.label_smoothing)
-            loss += float(l_); nll += float(n_); ntok += t_
+            loss += float(l_)
+            nll += float(n_)
+            ntok += t_
             if entropy:
                 entropy.add(probe, batch, self.vocab.pad)
         out = {"valid_loss": loss / ntok / math.log(2), "valid_nll_loss": nll / ntok / math.log(2),
@@ -408,13 +413,13 @@ class Trainer:
         return out
 
     def valid_bleu(self) -> dict:
-        from .metrics import evaluate_documents
         from .document import Document
+        from .metrics import evaluate_documents
         corpus = self.valid.corpus
         docs = [Document(corpus.docids[d], [self.vocab.decode(corpus.src[i], side="src")
                                             for i in corpus.doc_range(d)]) for d in range(corpus.n_docs)]
         refs = [[self.vocab.decode(corpus.tgt[i]) for i in corpus.doc_range(d)] for d in range(corpus.n_docs)]
-        from .translate import Translator        # only for this optional metric
+        from .translate import Translator  # only for this optional metric
         translator = Translator(self.model, self.vocab, self.cfg, self.device)
         hyps, _ = translator.translate(docs)
         result = evaluate_documents([h.tgt for h in hyps], refs, lowercase_too=False, metrics=("bleu",))
@@ -503,8 +508,10 @@ class Trainer:
             ax.plot(*zip(*tr), label="train loss")
         if va:
             ax.plot(*zip(*va), "o-", label="valid loss")
-        ax.set_xlabel("updates"); ax.set_ylabel("label-smoothed loss (bits/token)")
-        ax.set_title(self.save_dir.name); ax.grid(alpha=0.3)
+        ax.set_xlabel("updates")
+        ax.set_ylabel("label-smoothed loss (bits/token)")
+        ax.set_title(self.save_dir.name)
+        ax.grid(alpha=0.3)
         if tr or va:
             ax.legend()
         fig.tight_layout()

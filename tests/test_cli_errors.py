@@ -43,7 +43,8 @@ DATA_CASES = [
     ("empty-last-document", "<d>\nHello .\n<d>\n", "<d>\nHallo .\n<d>\n", "en", 3, "empty document"),
     ("empty-sentence", "<d>\nHello .\n\nBye .\n", "<d>\nHallo .\nNa ?\nTschuess .\n", "en", 3, "empty sentence"),
     ("blank-sentence", GOOD, "<d>\nHallo .\n   \n<d>\nTschuess .\n", "de", 3, "empty sentence"),
-    ("invalid-utf8", GOOD.encode() + "Caf\u00e9 .\n".encode("latin-1"), GOOD + "Caf\u00e9 .\n", "en", 6, "invalid UTF-8"),
+    ("invalid-utf8", GOOD.encode() + "Caf\u00e9 .\n".encode("latin-1"), GOOD + "Caf\u00e9 .\n", "en", 6,
+     "invalid UTF-8"),
     ("invalid-utf8-after-multibyte", "<d>\nGr\u00fc\u00dfe .\nBye .\n".encode() + b"x \xe2\x82\n",
      "<d>\nA .\nB .\nC .\n", "en", 4, "invalid UTF-8"),
 ]
@@ -138,7 +139,8 @@ def test_train_unreadable_config_file(tmp_path, write_files, cli_error, what):
         cfg = tmp_path / "configs"
         cfg.mkdir()
     else:
-        cfg = write_files(tmp_path, {"exp.yaml": "# r\u00e9glages\ntrain:\n  lr: 0.001\n".encode("latin-1")})["exp.yaml"]
+        latin1 = "# r\u00e9glages\ntrain:\n  lr: 0.001\n".encode("latin-1")
+        cfg = write_files(tmp_path, {"exp.yaml": latin1})["exp.yaml"]
     message = cli_error("train", tmp_path / "data", "--save-dir", tmp_path / "model", "--config", cfg)
     assert str(cfg) in message
 
@@ -205,8 +207,8 @@ def test_out_of_range_settings_are_config_errors(key, value, words):
     from docnmt.config import Config
     from docnmt.errors import ConfigError
     with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace(")", r"\)")):
-        Config.load("transformer_tiny").override({**({"method.name": "ptransformer"} if key.startswith("method.") else {}),
-                                                  key: value})
+        method = {"method.name": "ptransformer"} if key.startswith("method.") else {}
+        Config.load("transformer_tiny").override({**method, key: value})
 
 
 def test_train_with_update_freq_0_names_the_setting(tmp_path, cli_error):
@@ -228,6 +230,7 @@ def test_counts_below_one_are_rejected_by_the_parser(argv, capsys):
 
 def test_unknown_or_missing_devices():
     import torch
+
     from docnmt.errors import DocnmtError
     from docnmt.translate import check_device
     assert check_device("cpu") == torch.device("cpu")
@@ -240,6 +243,7 @@ def test_unknown_or_missing_devices():
 
 def test_unreadable_weights_are_a_clear_error(tmp_path):
     import torch
+
     from docnmt.checkpoint import load_weights
     from docnmt.errors import DocnmtError
     (tmp_path / "w.safetensors").write_text("not weights")

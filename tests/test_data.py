@@ -15,10 +15,23 @@ import numpy as np
 import pytest
 import torch
 
-from docnmt.data import Corpus, InstanceSet, Joiner, ModeConfig, build_instances, doc2doc_instances, doc2sent_instances, greedy_split, mr_instances, sent_instances, sentence_costs, token_batches
+from docnmt.data import (
+    Corpus,
+    InstanceSet,
+    Joiner,
+    ModeConfig,
+    build_instances,
+    doc2doc_instances,
+    doc2sent_instances,
+    greedy_split,
+    mr_instances,
+    sent_instances,
+    sentence_costs,
+    token_batches,
+)
+from docnmt.errors import ConfigError, DataError, DocnmtError
 from docnmt.methods import make_joiner
 from docnmt.methods.gtransformer import GroupJoiner
-from docnmt.errors import ConfigError, DataError, DocnmtError
 from docnmt.prepare import prepare
 from docnmt.vocab import DEFAULT_MAX_SEP, Vocab
 

@@ -138,7 +138,7 @@ def test_format_table(hyps, refs):
     table = format_table(r)
     lines = table.splitlines()
     assert lines[0].split() == ["metric", "cased", "lowercased"]
-    assert [l.split()[0] for l in lines[1:5]] == ["s-BLEU", "d-BLEU", "s-chrF", "d-chrF"]
+    assert [line.split()[0] for line in lines[1:5]] == ["s-BLEU", "d-BLEU", "s-chrF", "d-chrF"]
     assert f"{r['d_bleu']['score']:.2f}" in lines[2] and f"{r['d_bleu_lc']['score']:.2f}" in lines[2]
     for key in ("s_bleu", "s_bleu_lc", "s_chrf", "s_chrf_lc"):
         assert r[key]["signature"] in table
@@ -163,11 +163,13 @@ def test_bleu_by_length_buckets_documents_and_scores_each_bucket(ted_valid):
 
 def test_evaluate_by_length_cli_writes_table_json_and_plot(tmp_path, ted_docs, run_cli):
     import json
+
     from docnmt.readers import write_marker
     write_marker(ted_docs, tmp_path / "src.en", "src")
     write_marker(ted_docs, tmp_path / "ref.de", "tgt")
     status, out, _ = run_cli("evaluate", "--hyp", tmp_path / "ref.de", "--ref", tmp_path / "ref.de", "--by-length",
-                             "--src", tmp_path / "src.en", "--plot", tmp_path / "len.png", "--json", tmp_path / "r.json")
+                             "--src", tmp_path / "src.en", "--plot", tmp_path / "len.png",
+                             "--json", tmp_path / "r.json")
     assert status == 0 and "d-BLEU by document length (source words)" in out
     rows = json.loads((tmp_path / "r.json").read_text())["by_length"]
     assert sum(r["n_docs"] for r in rows) == len(ted_docs)

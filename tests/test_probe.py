@@ -7,11 +7,13 @@ import pytest
 import torch
 
 from _tiny import tiny_config
+from docnmt.methods import build_model
 from docnmt.probe import REL_RANGE, States, encoder_states, sample_pairs, table, task_data
 from docnmt.readers import read_documents
 from docnmt.train import Trainer
-from docnmt.translate import Translator, build_model
+from docnmt.translate import Translator
 from docnmt.vocab import Vocab
+
 
 def toy_states():
     lengths = [30, 5, 50]
@@ -65,12 +67,13 @@ def test_table_lists_every_layer_of_every_model():
 METHODS = {
     "ptransformer": ("doc2doc", {"method.name": "ptransformer", "method.rel_max_distance": 8}),
     "gtransformer": ("doc2doc", {"method.name": "gtransformer", "data.separator": "group",
-                                 "method.combined_enc_self": 1, "method.combined_dec_self": 1, "method.combined_cross": 1}),
+                                 "method.combined_enc_self": 1, "method.combined_dec_self": 1,
+                                 "method.combined_cross": 1}),
     "context": ("sent2sent", {"method.name": "context_transformer", "data.context_input": 2}),
     "docflat": ("pseudodoc", {"method.name": "docflat", "data.separator": "global_index",
                               "data.batch_order": "ordered", "data.context": 2}),
-    "mbe": ("pseudodoc", {"method.name": "docflat", "method.flat_block": "mbe", "data.separator": "global_index", "data.batch_order": "ordered",
-                          "data.context": 2}),
+    "mbe": ("pseudodoc", {"method.name": "docflat", "method.flat_block": "mbe", "data.separator": "global_index",
+                          "data.batch_order": "ordered", "data.context": 2}),
 }
 
 

@@ -12,8 +12,17 @@ import pytest
 from _tiny import SHARED
 from docnmt.document import Document
 from docnmt.errors import ConfigError, DataError
-from docnmt.readers import (read_bcontrast_json, read_blankline, read_documents, read_jsonl,
-                            read_marker, read_plain, read_xml, write_jsonl, write_marker)
+from docnmt.readers import (
+    read_bcontrast_json,
+    read_blankline,
+    read_documents,
+    read_jsonl,
+    read_marker,
+    read_plain,
+    read_xml,
+    write_jsonl,
+    write_marker,
+)
 
 pytestmark = pytest.mark.usefixtures("shared_data")
 

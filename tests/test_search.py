@@ -2,10 +2,9 @@
 import pytest
 import torch
 
-from _tiny import SHARED, tiny_config
+from _tiny import SHARED
 from docnmt.readers import read_documents
 from docnmt.search import SearchConfig, beam_search
-from docnmt.train import Trainer
 from docnmt.translate import Translator
 
 
@@ -159,10 +158,10 @@ def test_no_repeat_ngram_in_beam_search_and_translate(trained, monkeypatch):
     assert searched and all(not repeats(t, 2, words) for t in searched)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["doc2sent", "doc2doc"])
-def test_translate_walk_returns_one_line_per_sentence(tiny_dir, tmp_path, mode):
-    Trainer(tiny_config(mode, max_update=6), tiny_dir / "data", tmp_path / "m", progress_bar=False).train()
-    tr = Translator.load(tmp_path / "m", device="cpu")
+def test_translate_walk_returns_one_line_per_sentence(tiny_dir, tiny_model, mode):
+    tr = Translator.load(tiny_model(mode), device="cpu")              # the shared doc2sent / doc2doc model
     docs = read_documents(str(tiny_dir / "raw/ted.en"), fmt="marker")[:2]
     out, report = tr.translate(docs)
     assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
@@ -289,7 +288,8 @@ def test_ranks_without_a_candidate_repeat_rank_zero_while_a_prefix_is_forced(met
     src = torch.randint(5, 50, (3, 8), generator=torch.Generator().manual_seed(1))
     prefix = [[], [7, 8, 9, 10, 11, 12, 13], [14, 15, 16]]
     seen, decode = [], model.decode
-    monkeypatch.setattr(model, "decode", lambda tokens, *a, **kw: seen.append(tokens.clone()) or decode(tokens, *a, **kw))
+    monkeypatch.setattr(model, "decode",
+                        lambda tokens, *a, **kw: seen.append(tokens.clone()) or decode(tokens, *a, **kw))
     K = 3
     beam_search(model, src, SearchConfig(beam=K, max_len_b=12, min_len=5), 2, 3, banned=[0], prefix=prefix)
     checked = 0

@@ -13,9 +13,10 @@ from _tiny import tiny_config, tiny_corpus_files  # noqa: E402
 from docnmt.data import Corpus  # noqa: E402
 from docnmt.document import Document  # noqa: E402
 from docnmt.errors import ConfigError  # noqa: E402
+from docnmt.methods import build_model  # noqa: E402
 from docnmt.prepare import prepare  # noqa: E402
 from docnmt.subword import MosesBPEVocab  # noqa: E402
-from docnmt.translate import Translator, build_model  # noqa: E402
+from docnmt.translate import Translator  # noqa: E402
 from docnmt.vocab import DEFAULT_MAX_SEP, Vocab  # noqa: E402
 
 N_PAIRS, MERGES = 300, 2000

@@ -71,6 +71,7 @@ def _logged_losses(save_dir, after: int) -> dict:
     return {r["updates"]: r["loss"] for prev, r in zip(rows, rows[1:]) if prev["updates"] >= after}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(RESUMED))
 def test_resume_reproduces_uninterrupted_run(data, tmp_path, kind):
     """Stop two updates into epoch 2, resume, and get the same losses and weights as a run that

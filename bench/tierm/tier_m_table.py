@@ -1,7 +1,8 @@
 """One Markdown table of Tier M runs: updates, trained parameters, validation loss, BLEU.
 
     python bench/tierm/tier_m_table.py [--tag u1000] runs/tierm/sent2sent runs/tierm/ctx_step2 ...
-    python bench/tierm/tier_m_table.py bench/results/tierm/pt_nocross ...   # the copies bench/tierm/tier_m.sh keeps in git
+    python bench/tierm/tier_m_table.py bench/results/tierm/pt_nocross ...
+        # the copies bench/tierm/tier_m.sh keeps in git
 
 Reads each model directory's ``metrics.jsonl`` (the last validation) and the ``valid.ted.json`` /
 ``valid.news.json`` written by ``docnmt evaluate --json`` (as ``bench/tierm/tier_m*.sh`` do; with

@@ -21,7 +21,8 @@ def sentence_costs(corpus: Corpus, extra: int = 2) -> np.ndarray:
     return lengths + extra
 
 
-def greedy_split(costs: np.ndarray, start: int, end: int, max_tokens: int, max_sents: int = 1000) -> list[tuple[int, int]]:
+def greedy_split(costs: np.ndarray, start: int, end: int, max_tokens: int,
+                 max_sents: int = 1000) -> list[tuple[int, int]]:
     """G-Transformer's left-to-right split of sentences [start, end) (docs/methods/baselines.md): append sentence
     k iff C + c_k < max_tokens and n < max_sents, else start a new part; an over-long sentence
     stands alone."""
@@ -104,7 +105,8 @@ class ModeConfig:
     context: int = 3                 # doc2sent / pseudodoc: previous sentences
     max_instance_tokens: int = 512   # doc2doc / mr: the split budget (doc2doc: <= 0 = whole documents)
     max_instance_sents: int = 1000
-    separator: str = "index"         # index: <sepI> (PT) | uniform: <sep> | group: <s> x </s> (GT) | global_index: <sepJ> x </s> (DF)
+    separator: str = "index"         # index: <sepI> (PT) | uniform: <sep> | group: <s> x </s> (GT)
+                                     # | global_index: <sepJ> x </s> (DF)
     mix_sentences: bool = False
     context_input: int = 0           # sent2sent: N previous source sentences as a separate context input
                                      # (docs/methods/context_transformer.md#context-input)
@@ -113,8 +115,10 @@ class ModeConfig:
     dls: bool = False                # doc2doc: dynamic length sampling of training segments
                                      # (docs/methods/length_bias.md#dynamic-length-sampling)
     dls_start_epoch: int = 20        # k of T = exp(epoch − k)
-    dls_epoch_offset: int = 0        # epochs of the DLS curriculum already behind a fine-tuned model: epoch e samples as e + this
-    batch_order: str = "sorted"      # sorted: length buckets | ordered: runs of consecutive instances, whole batches shuffled (DocFlat) | strict: ordered, never shuffled
+    dls_epoch_offset: int = 0        # epochs of the DLS curriculum already behind a fine-tuned model:
+                                     # epoch e samples as e + this
+    batch_order: str = "sorted"      # sorted: length buckets | ordered: runs of consecutive instances, whole
+                                     # batches shuffled (DocFlat) | strict: ordered, never shuffled
     # training-document filters of the official codes (docs/methods/baselines.md#document-filters), off by
     # default; validation keeps every document
     min_train_doc_sents: int = 0     # drop training documents of fewer sentences (G-Transformer's --min-train-doclen)

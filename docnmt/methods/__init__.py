@@ -36,8 +36,9 @@ FORMATS: dict[str, type[Joiner]] = {"index": Joiner, "uniform": Joiner,
 # decoding walks other than the default one round of instances, first match wins
 WALKS = [(docflat.uses_two_pass, docflat.TwoPass), (length_bias.uses_sliding, length_bias.Sliding)]
 
-__all__ = ["FORMATS", "METHODS", "Method", "NoOptions", "Walk", "build_model", "check", "count_constraint", "decode_walk", "format_marks", "get",
-           "data_joiner", "joiner_class", "make_joiner", "options_class", "training_rows"]
+__all__ = ["FORMATS", "METHODS", "Method", "NoOptions", "Walk", "build_model", "check", "count_constraint",
+           "decode_walk", "format_marks", "get", "data_joiner", "joiner_class", "make_joiner", "options_class",
+           "training_rows"]
 
 
 def get(name: str) -> Method:

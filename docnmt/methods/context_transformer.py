@@ -25,8 +25,19 @@ from torch import Tensor
 
 from ..attention import AttnSpec, MultiheadAttention
 from ..errors import ConfigError
-from ..model import (AttentionPolicy, AttentionSublayer, Encoder, FeedForwardSublayer, Layer, ModelConfig, State,
-                     Sublayer, Transformer, decoder_layer, encoder_layer)
+from ..model import (
+    AttentionPolicy,
+    AttentionSublayer,
+    Encoder,
+    FeedForwardSublayer,
+    Layer,
+    ModelConfig,
+    State,
+    Sublayer,
+    Transformer,
+    decoder_layer,
+    encoder_layer,
+)
 from ..ops import Linear
 from .base import Method
 
@@ -79,11 +90,13 @@ class ContextTransformer(Transformer):
 
         def enc_layer(c: ModelConfig, i: int) -> Layer:
             layer = encoder_layer(c, i)
-            return Layer(list(layer.sublayers), {1: GatedContextSublayer(c, f"enc.{i}.context", opts.context_gate)} if enc else None)
+            return Layer(list(layer.sublayers),
+                         {1: GatedContextSublayer(c, f"enc.{i}.context", opts.context_gate)} if enc else None)
 
         def dec_layer(c: ModelConfig, i: int) -> Layer:
             layer = decoder_layer(c, i)
-            return Layer(list(layer.sublayers), {1: GatedContextSublayer(c, f"dec.{i}.context", opts.context_gate)} if dec else None)
+            return Layer(list(layer.sublayers),
+                         {1: GatedContextSublayer(c, f"dec.{i}.context", opts.context_gate)} if dec else None)
 
         super().__init__(cfg, policy, enc_layer, dec_layer)
         self.context_encoder = Encoder(cfg, self.encoder.embed, [

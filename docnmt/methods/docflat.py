@@ -72,7 +72,8 @@ class DocFlatOptions:
     flat_scope: str = "all"           # all: every token of the batch | current: others' current sentences only
 
     def __post_init__(self):
-        for value, allowed, key in ((self.flat_gate, GATES, "flat_gate"), (self.flat_dec_mask, DEC_MASKS, "flat_dec_mask"),
+        for value, allowed, key in ((self.flat_gate, GATES, "flat_gate"),
+                                    (self.flat_dec_mask, DEC_MASKS, "flat_dec_mask"),
                                     (self.flat_sides, SIDES, "flat_sides"), (self.flat_block, BLOCKS, "flat_block"),
                                     (self.flat_scope, SCOPES, "flat_scope")):
             if value not in allowed:
@@ -215,7 +216,8 @@ class DocFlatPolicy(AttentionPolicy):
     def encoder_specs(self, src: Tensor, src_pad: Tensor) -> dict[str, AttnSpec]:
         specs = {**super().encoder_specs(src, src_pad), "enc_fba": AttnSpec(mask=src_pad[:, None, None, :])}
         if self.scope == "current":
-            specs["enc_fba_private"] = AttnSpec(mask=self._private(src.size(1), self._last(src == self._current_sep(src)[:, None])))
+            specs["enc_fba_private"] = AttnSpec(
+                mask=self._private(src.size(1), self._last(src == self._current_sep(src)[:, None])))
         return specs
 
     def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int,
@@ -287,7 +289,8 @@ def build(cfg: ModelConfig, opts: DocFlatOptions | None = None, sep_range: tuple
     ``mean_token`` is the token of the MBE baseline's new position (its vector is replaced)."""
     opts = opts or DocFlatOptions()
     if opts.flat_scope == "current" and sep_range is None:
-        raise ConfigError("flat_scope: current needs the ids of the index tokens <sepj> (docflat.build(..., sep_range))")
+        raise ConfigError("flat_scope: current needs the ids of the index tokens <sepj> "
+                          "(docflat.build(..., sep_range))")
     if opts.flat_block == "mbe":
         return MeanBatchEmbedding(cfg, mean_token, opts.flat_sides)
 
@@ -312,7 +315,8 @@ def sentence_attention_map(translator, doc, start: int = 0, batch: int = 16) -> 
     model, joiner = translator.model, translator.joiner
     sub = model.encoder.layers[0].inserted["0"] if "0" in model.encoder.layers[0].inserted else None
     if not isinstance(sub, FlatBatchSublayer):
-        raise ConfigError("the model has no encoder flat-batch attention (a DocFlat model with flat_sides both or encoder)")
+        raise ConfigError("the model has no encoder flat-batch attention "
+                          "(a DocFlat model with flat_sides both or encoder)")
     corpus = Corpus.encode([doc], translator.vocab, max_sentence_tokens=model.cfg.max_positions - 2)
     rows = build_instances(corpus, translator.cfg.data, training=False)[start: start + batch]
     if not len(rows):

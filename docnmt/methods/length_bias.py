@@ -28,7 +28,6 @@ from ..data import Corpus, ModeConfig, doc_bounds, filter_training_documents, se
 from ..errors import ConfigError
 from .base import Walk
 
-
 # --------------------------------------------------------------------------------------------
 # Dynamic length sampling
 # --------------------------------------------------------------------------------------------
@@ -83,7 +82,8 @@ def dls_instances(corpus: Corpus, epoch: int, seed: int, start_epoch: int, max_l
     tgt = src if corpus.tgt is None else corpus.tgt.lengths + marks
     draws = iter(rng.choice(max_length, size=corpus.n_sents + corpus.n_docs, p=p).tolist())
     draw = draws.__next__      # one budget per segment: at most one per sentence plus one per document
-    rows = [(a, b, a) for d in range(corpus.n_docs) for a, b in dls_segments(src, tgt, *doc_bounds(corpus, d), draw, max_sents)]
+    rows = [(a, b, a) for d in range(corpus.n_docs)
+            for a, b in dls_segments(src, tgt, *doc_bounds(corpus, d), draw, max_sents)]
     return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
 
 

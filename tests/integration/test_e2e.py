@@ -123,7 +123,8 @@ def test_presets_and_help(capsys):
     assert Config.load("p_transformer_nocross_small").method.pos_attn_cross is False
     ablations = {"noselfsrc": "pos_attn_enc_self", "noselftgt": "pos_attn_dec_self", "norel": "rel_positions"}
     for name, switch in ablations.items():   # each P-Transformer ablation turns off its own switch only
-        full, abl = vars(Config.load("p_transformer_small").model), vars(Config.load(f"p_transformer_{name}_small").model)
+        full = vars(Config.load("p_transformer_small").method)
+        abl = vars(Config.load(f"p_transformer_{name}_small").method)
         assert {k for k in full if full[k] != abl[k]} == {switch}, name
     full, uni = Config.load("p_transformer_small"), Config.load("p_transformer_uniformsep_small")
     assert vars(full.model) == vars(uni.model) and (full.data.separator, uni.data.separator) == ("index", "uniform")

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from _tiny import assert_incremental_equals_full, random_pair, tiny_config, translate_checked
-from docnmt.methods.context_transformer import ContextOptions, GatedContextSublayer, build
 from docnmt.data import InstanceSet, sent_instances
-from docnmt.methods import make_joiner
 from docnmt.errors import ConfigError
+from docnmt.methods import make_joiner
+from docnmt.methods.context_transformer import ContextOptions, GatedContextSublayer, build
 from docnmt.model import ModelConfig
 from docnmt.train import Trainer
 

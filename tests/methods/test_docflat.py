@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from _tiny import history, tiny_config
-from docnmt.methods import docflat
 from docnmt import translate as translate_module
 from docnmt.data import Corpus, InstanceSet, ModeConfig, build_instances, token_batches
-from docnmt.methods.docflat import GlobalIndexJoiner
 from docnmt.errors import ConfigError, DataError
+from docnmt.methods import docflat
+from docnmt.methods.docflat import GlobalIndexJoiner
 from docnmt.model import ModelConfig, State
 from docnmt.search import beam_search
 from docnmt.train import Trainer
@@ -278,6 +278,7 @@ def test_masked_fba_spec_as_a_flex_mask(side, scope, dec_mask):
     """The FBA masks that are not plain causal also come as a FlexAttention mask_mod (the CUDA
     path, which skips blocked tiles): the same attention as the dense mask (run eagerly here)."""
     import warnings
+
     from docnmt.attention import attention_flex, attention_reference
     sub = fba(cfg_with(flat_scope=scope, flat_dec_mask=dec_mask), side)
     x, pad = batch(n=4, m=40)
@@ -388,6 +389,7 @@ def test_fine_tune_from_a_sentence_model_and_translate_in_two_passes(tiny_dir, t
         tr.translate(docs, replace(search, first_pass=str(tmp_path / "short.de")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gate", ["continuous", "discrete"])
 def test_bf16_autocast_training_moves_the_gate(tiny_dir, tmp_path, gate):
     """DocFlat trains under bf16 autocast (the CUDA default; here CPU autocast runs the same code):
@@ -410,26 +412,25 @@ def test_bf16_autocast_training_moves_the_gate(tiny_dir, tmp_path, gate):
 
 def test_docflat_needs_pseudodocs_in_ordered_batches():
     from docnmt.config import Config
-    from docnmt.translate import build_model
+    from docnmt.methods import build_model
     cfg = Config.load("docflat_small").override({"data.batch_order": "sorted"})
     with pytest.raises(ConfigError):
         build_model(cfg, type("V", (), {"__len__": lambda s: 60, "pad": 0})())
 
 
-def test_fba_map_cli(tiny_dir, tmp_path, run_cli):
+@pytest.mark.slow
+def test_fba_map_cli(tiny_dir, tiny_model, tmp_path, run_cli):
     """The sentence-level map of the encoder FBA: every query sentence's weights, times the key
     sentences' token counts, sum to 1; the PNG is written and never overwritten."""
-    data, raw = tiny_dir / "data", tiny_dir / "raw/ted.en"
-    cfg = tiny_config("pseudodoc", max_update=3).override(
-        {"method.name": "docflat", "data.separator": "global_index", "data.batch_order": "ordered", "data.context": 2})
-    Trainer(cfg, data, tmp_path / "df", progress_bar=False).train()
-    tr = Translator.load(tmp_path / "df", device="cpu")
+    model, raw = tiny_model("docflat"), tiny_dir / "raw/ted.en"           # pseudodoc, context 2, global_index
+    tr = Translator.load(model, device="cpu")
     from docnmt.readers import read_documents
     doc = read_documents(str(raw), fmt="marker")[1]
     weights, sents = docflat.sentence_attention_map(tr, doc, start=4, batch=6)
     assert sents == list(range(3, 11)) and weights.shape == (8, 8)    # sentences 5-10 and their context 3-4
     corpus = Corpus.encode([doc], tr.vocab)
-    copies = torch.tensor([min(i + 2, 9) - max(i, 4) + 1 for i in range(2, 10)], dtype=torch.float)   # pseudo-docs holding sentence i
+    # the pseudo-documents holding sentence i
+    copies = torch.tensor([min(i + 2, 9) - max(i, 4) + 1 for i in range(2, 10)], dtype=torch.float)
     tokens = torch.tensor([len(corpus.src[i]) + 2 for i in range(2, 10)], dtype=torch.float)
     torch.testing.assert_close(weights @ (copies * tokens), torch.ones(8), rtol=1e-4, atol=1e-4)
     assert weights[7, 1] > 0                  # sentence 10 sees sentence 4, context of the pseudo-docs of 5 and 6
@@ -438,10 +439,10 @@ def test_fba_map_cli(tiny_dir, tmp_path, run_cli):
     assert current[7, 1] == 0 and current[7, 6] > 0
     torch.testing.assert_close(current @ (copies * tokens), torch.ones(8), rtol=1e-4, atol=1e-4)
     out = tmp_path / "map.png"
-    status, text, _ = run_cli("fba-map", tmp_path / "df", "-i", raw, "--doc", 2, "--start", 5,
+    status, text, _ = run_cli("fba-map", model, "-i", raw, "--doc", 2, "--start", 5,
                               "--batch-size", 6, "-o", out)
     assert status == 0 and out.stat().st_size > 1000 and "sentences 3-10" in text
-    status, _, err = run_cli("fba-map", tmp_path / "df", "-i", raw, "-o", out)
+    status, _, err = run_cli("fba-map", model, "-i", raw, "-o", out)
     assert status == 2 and "exists" in err
 
 
@@ -494,15 +495,12 @@ def test_mbe_baseline_prepends_the_batch_mean_embedding(sides):
         torch.testing.assert_close(steps[::beams], model.decode(tgt, enc), rtol=1e-4, atol=1e-5)
 
 
-def test_mbe_preset_trains_and_translates(tiny_dir, tmp_path):
+@pytest.mark.slow
+def test_mbe_preset_trains_and_translates(tiny_model):
     from docnmt.config import Config
     assert Config.load("mbe_small").method.flat_block == "mbe"
-    data = tiny_dir / "data"
-    cfg = tiny_config("pseudodoc", max_update=3).override(
-        {"method.name": "docflat", "method.flat_block": "mbe", "data.separator": "global_index",
-         "data.batch_order": "ordered", "data.context": 2, "decode.max_sentences": 3, "decode.beam": 2})
-    Trainer(cfg, data, tmp_path / "mbe", progress_bar=False).train()
-    tr = Translator.load(tmp_path / "mbe", device="cpu")
+    tr = Translator.load(tiny_model("mbe"), device="cpu")          # pseudodoc, context 2, flat_block mbe
     assert isinstance(tr.model, docflat.MeanBatchEmbedding)
-    out, report = tr.translate([["Hello there.", "How are you today?", "I am fine.", "And you?"]])
+    search = replace(tr.cfg.decode, max_sentences=3, beam=2)
+    out, report = tr.translate([["Hello there.", "How are you today?", "I am fine.", "And you?"]], search)
     assert len(out[0].tgt) == 4 and report.instances == 8           # two passes

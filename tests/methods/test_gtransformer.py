@@ -6,17 +6,23 @@ import pytest
 import torch
 
 from _tiny import assert_incremental_equals_full, history, tiny_config
-
-from docnmt.errors import ConfigError
 from docnmt.attention import _blocked, attention_reference, group_mask
-from docnmt.methods.gtransformer import (CombinedAttentionSublayer, FrameConstraint, GroupAttentionPolicy,
-                                         GTransformerOptions, build, group_tags)
+from docnmt.errors import ConfigError
+from docnmt.methods import build_model
+from docnmt.methods.gtransformer import (
+    CombinedAttentionSublayer,
+    FrameConstraint,
+    GroupAttentionPolicy,
+    GTransformerOptions,
+    build,
+    group_tags,
+)
 from docnmt.methods.length_bias import LengthAwareScale
 from docnmt.model import AttentionSublayer, ModelConfig, State
 from docnmt.readers import read_documents
 from docnmt.search import SearchConfig, beam_search
 from docnmt.train import Trainer
-from docnmt.translate import Translator, build_model
+from docnmt.translate import Translator
 
 PAD, BOS, EOS, EOD = 0, 2, 3, 49
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=3, decoder_layers=3,
@@ -321,6 +327,7 @@ def test_group_format_is_required():
                                         "id": lambda s, x: 49})())
 
 
+@pytest.mark.slow
 def test_fine_tuning_from_a_sentence_model(tiny_dir, tmp_path):
     """Fine-tuning (docs/methods/gtransformer.md#fine-tuning-from-a-sentence-model): the
     sentence model's attention becomes the local attention, global attention
@@ -365,8 +372,7 @@ def test_attention_entropy_probe_matches_its_definition():
     """Entropy (docs/methods/discourse.md#attention-entropy) in bits of head-averaged weights, per
     query; uniform attention over m keys has log2(m) bits; group attention over sentences of 3 and
     2 tokens has less than global."""
-    from docnmt.attention import AttentionProbe, module_kind
-    from docnmt.model import AttnSpec, MultiheadAttention
+    from docnmt.attention import AttentionProbe, AttnSpec, MultiheadAttention, module_kind
     torch.manual_seed(0)
     mha = MultiheadAttention(CFG.d_model, CFG.heads, name="enc.0.self")
     with torch.no_grad():

@@ -8,9 +8,9 @@ import pytest
 
 from _tiny import assert_incremental_equals_full, random_pair, tiny_config, translate_checked
 from docnmt.data import Corpus, ModeConfig, Side, build_instances
+from docnmt.errors import ConfigError
 from docnmt.methods import format_marks, training_rows
 from docnmt.methods.length_bias import dls_instances, dls_probabilities, dls_segments, dls_temperature
-from docnmt.errors import ConfigError
 from docnmt.readers import read_documents
 from docnmt.train import Trainer
 from docnmt.translate import Translator
@@ -85,6 +85,7 @@ def test_dls_counts_the_format_marks_and_needs_a_budget(tmp_path):
     assert len(build_instances(corpus, ModeConfig(mode="doc2doc", max_instance_tokens=0))) == 1
 
 
+@pytest.mark.slow
 def test_trainer_resamples_every_epoch_and_plots_the_lengths(tiny_dir, tmp_path):
     data = tiny_dir / "data"
     cfg = tiny_config("doc2doc", max_epoch=3).override({"data.dls": True, "data.dls_start_epoch": 2,
@@ -100,8 +101,9 @@ def test_trainer_resamples_every_epoch_and_plots_the_lengths(tiny_dir, tmp_path)
 
 import torch  # noqa: E402
 
+from docnmt.attention import AttnSpec  # noqa: E402
 from docnmt.methods.length_bias import LengthAwareScale  # noqa: E402
-from docnmt.model import AttnSpec, ModelConfig, Transformer  # noqa: E402
+from docnmt.model import ModelConfig, Transformer  # noqa: E402
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
                   dropout=0.0, length_aware=True)
@@ -141,6 +143,7 @@ def test_mean_lengths_are_saved_with_the_weights_and_incremental_equals_full():
         assert not torch.allclose(plain.decode(tgt, plain.encode(src)), full)
 
 
+@pytest.mark.slow
 def test_trainer_refreshes_the_mean_lengths_every_epoch(tiny_dir, tmp_path):
     data = tiny_dir / "data"
     cfg = tiny_config("doc2doc", max_epoch=3).override({"data.dls": True, "data.dls_start_epoch": -3,  # T=e^5, e^6
@@ -153,6 +156,7 @@ def test_trainer_refreshes_the_mean_lengths_every_epoch(tiny_dir, tmp_path):
     assert last == pytest.approx(math.log(tr.make_train_set(3).src_lens.mean()))   # the last trained epoch's
     assert last > first                                          # DLS lengthened the segments
     from safetensors.torch import load_file
+
     from docnmt.checkpoint import last_checkpoint
     saved = load_file(str(last_checkpoint(tmp_path / "m") / "model.safetensors"))
     assert float(saved["length_scale.log_mean_src"]) == pytest.approx(last)
@@ -225,7 +229,8 @@ def test_sliding_decoding_translates_every_sentence_once(tiny_dir, tmp_path, mon
         nonlocal prefix
         if prefix is None:
             prefix = self.joiner.prefix
-            self.joiner.prefix = lambda sents, first: seen["forced"].append([list(s) for s in sents]) or prefix(sents, first)
+            self.joiner.prefix = lambda sents, first: (seen["forced"].append([list(s) for s in sents])
+                                                       or prefix(sents, first))
         before = [len(o) for o in outputs]
         decode(self, corpus, rows, new_from, outputs, *args, **kw)
         added = np.array([len(o) for o in outputs]) - before

@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from _tiny import assert_incremental_equals_full, random_pair, tiny_config, translate_checked
+from docnmt.attention import AttnSpec, MultiheadAttention, RelativeLogits, attention_sdpa
 from docnmt.config import Config
 from docnmt.errors import ConfigError
-from docnmt.attention import RelativeLogits, attention_sdpa
-from docnmt.model import AttnSpec, ModelConfig, MultiheadAttention, Transformer, sinusoidal_table
 from docnmt.methods.ptransformer import PositionAwarePolicy, PTransformerOptions, build
+from docnmt.model import ModelConfig, Transformer, sinusoidal_table
 from docnmt.train import Trainer
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,

@@ -20,7 +20,6 @@ from docnmt.errors import ConfigError
 from docnmt.methods import Method
 from docnmt.model import AttentionPolicy, ModelConfig, Transformer
 
-
 # ---- the method: what a module docnmt/methods/local_window.py would hold -----------------------
 
 @dataclass
@@ -98,14 +97,13 @@ def test_the_registry_builds_it_and_attention_stays_in_the_window(registered, ti
 
 
 @pytest.mark.slow
-def test_it_trains_saves_and_translates(registered, tmp_path):
-    from _tiny import tiny_config, tiny_data, translate_checked
-
+def test_it_trains_saves_and_translates(registered, tiny_dir, tmp_path):
+    from _tiny import tiny_config, translate_checked
     from docnmt.train import Trainer
-    data = tiny_data(tmp_path)
+    data = tiny_dir / "data"
     cfg = tiny_config("sent2sent", max_update=4).override({"method.name": "local_window", "method.window": 3})
     Trainer(cfg, data, tmp_path / "m", progress_bar=False).train()
     saved = Config.load(tmp_path / "m" / "config.yaml")
     assert saved.method_name == "local_window" and saved.method.window == 3
-    tr, docs, out, report = translate_checked(tmp_path / "m", tmp_path / "raw" / "ted.en", 3)
+    tr, docs, out, report = translate_checked(tmp_path / "m", tiny_dir / "raw" / "ted.en", 3)
     assert isinstance(tr.model.policy, LocalWindowPolicy) and report.sentences == 6
