@@ -338,16 +338,17 @@ def cmd_train(args) -> int:
 def cmd_translate(args) -> int:
     from .readers import read_inputs, write_jsonl, write_marker
     from .translate import Translator
+    inputs = args.input or ["-"]
+    if args.report and args.output and Path(args.report).resolve() == Path(args.output).resolve():
+        raise DocnmtError("--report and --output name the same file")
+    refuse_inputs([args.output, args.report], [*inputs, *model_files(args.model, args.checkpoint)])
+    refuse_overwrite([args.output, args.report], args.force)
     translator = Translator.load(args.model, args.checkpoint, args.device)
     overrides = collect_overrides(args, DECODE_FLAGS)
     if args.greedy:
         overrides["decode.beam"] = 1
     cfg = translator.cfg.override(overrides) if overrides else translator.cfg
     translator.cfg = cfg
-    inputs = args.input or ["-"]
-    if args.report and args.output and Path(args.report).resolve() == Path(args.output).resolve():
-        raise DocnmtError("--report and --output name the same file")
-    refuse_overwrite([args.output, args.report], args.force)
     docs = read_inputs(inputs, args.format)
     out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs))
     target = args.output or sys.stdout
@@ -370,6 +371,27 @@ def refuse_overwrite(paths, force: bool) -> None:
             raise DocnmtError(f"{path} exists; pass --force to overwrite it")
 
 
+MODEL_FILES = ("config.yaml", "model.safetensors", "spm.model", "vocab.json", "bpe.codes", "bpe.vocab.json")
+
+
+def model_files(model: str | None, checkpoint: str | None = None) -> list:
+    """The files a command reads from a model directory (outputs may live beside them)."""
+    return [*(Path(model) / f for f in MODEL_FILES), checkpoint] if model else []
+
+
+def refuse_inputs(outputs, inputs) -> None:
+    """A clear error, with or without ``--force``, if an output would be written over an input:
+    the same file, or a file inside an input directory (a contrastive suite's)."""
+    ins = [Path(p).resolve() for p in inputs if p and p != "-"]
+    for out in outputs:
+        if not out or out == "-":
+            continue
+        o = Path(out).resolve()
+        for i in ins:
+            if o == i or i in o.parents:
+                raise DocnmtError(f"{out} is an input of this command ({i}); write the output elsewhere")
+
+
 def cmd_probe(args) -> int:
     from .probe import OUTPUTS, ProbeSettings, run
     refuse_overwrite([Path(args.out) / f for f in OUTPUTS], args.force)
@@ -383,6 +405,7 @@ def cmd_probe(args) -> int:
 def cmd_evaluate(args) -> int:
     from .metrics import evaluate_documents, format_table, paired_bootstrap
     from .readers import read_sentences
+    refuse_inputs([args.json], [args.hyp, args.ref, args.compare, getattr(args, "src", None)])
     hyp, ref = read_sentences(args.hyp, hypothesis=True), read_sentences(args.ref)
     if len(hyp) != len(ref):
         raise DocnmtError(f"{args.hyp} has {len(hyp)} documents, {args.ref} has {len(ref)}")
@@ -465,6 +488,8 @@ def cmd_score_contrastive(args) -> int:
     from .suites import read_suite
     from .translate import Translator
     baseline = read_decisions(args.against) if args.against else None
+    refuse_inputs((args.scores, args.json, args.plot),
+                  [args.suite, args.against, *model_files(args.model, args.checkpoint)])
     refuse_overwrite((args.scores, args.json, args.plot), args.force)
     examples = read_suite(args.suite, args.format, split=args.split, detokenize=not args.no_detokenize,
                           lang=tuple(args.langs) if args.langs else None)
@@ -497,6 +522,7 @@ def cmd_entropy(args) -> int:
     from .readers import read_documents
     from .scoring import attention_entropy
     from .translate import Translator
+    refuse_inputs([args.json], [args.src, args.ref, *model_files(args.model, args.checkpoint)])
     docs = read_documents(args.src, args.ref, fmt=args.format)
     translator = Translator.load(args.model, args.checkpoint, args.device)
     res = attention_entropy(translator, docs, progress=not args.quiet)

@@ -106,6 +106,39 @@ def test_evaluate_different_document_counts(corpus, tmp_path, write_files, cli_e
     assert "1 documents" in message and "2" in message
 
 
+# ---- an output is never written over an input, --force or not ------------------------------------
+
+@pytest.mark.parametrize("which", ["hyp", "ref"])
+def test_evaluate_json_never_replaces_an_input(tmp_path, write_files, cli_error, which):
+    files = write_files(tmp_path, {"hyp.de": "<d>\nHallo .\n", "ref.de": "<d>\nHallo .\n"})
+    before = {n: p.read_bytes() for n, p in files.items()}
+    target = files[f"{which}.de"]
+    message = cli_error("evaluate", "--hyp", files["hyp.de"], "--ref", files["ref.de"], "--json", target)
+    assert str(target) in message and "input" in message
+    assert {n: p.read_bytes() for n, p in files.items()} == before
+
+
+@pytest.mark.parametrize("output", ["--json", "--scores", "--plot"])
+def test_score_contrastive_never_writes_over_its_suite(tmp_path, write_files, cli_error, output):
+    suite = write_files(tmp_path, {"suite.json": '{"1": {}}\n'})["suite.json"]
+    message = cli_error("score-contrastive", tmp_path / "model", suite, output, suite, "--force")
+    assert "input" in message and suite.read_text() == '{"1": {}}\n'
+    scat = tmp_path / "scat"                                   # a suite directory: nothing inside it either
+    write_files(scat, {"highlighted.valid.en": "x\n"})
+    message = cli_error("score-contrastive", tmp_path / "model", scat, output, scat / "report.json")
+    assert "input" in message and sorted(p.name for p in scat.iterdir()) == ["highlighted.valid.en"]
+
+
+def test_translate_never_writes_over_its_input_or_the_model(tmp_path, write_files, cli_error):
+    src = write_files(tmp_path, {"in.en": "<d>\nHello .\n"})["in.en"]
+    model = tmp_path / "model"
+    write_files(model, {"config.yaml": "model: {}\n"})
+    for output in (src, model / "config.yaml"):
+        message = cli_error("translate", model, "-i", src, "-o", output, "--force")
+        assert str(output) in message and "input" in message
+    assert src.read_text() == "<d>\nHello .\n" and (model / "config.yaml").read_text() == "model: {}\n"
+
+
 # ---------------------------------------------------------------------------- configuration
 
 @pytest.mark.parametrize("yaml_text, key, hint", [
