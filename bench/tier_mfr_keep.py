@@ -17,23 +17,28 @@ FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png"
          "valid.coverage.json", "anaphora.json", "lexical-choice.json", "scat_yin2021_enfr.json")
 
 
-def training_time(log: Path) -> dict:
-    """Wall-clock training time from train.log: the first and last timestamps of each process
-    (a resumed run is several processes; the gaps between them are not counted)."""
-    spans, start, last = [], None, None
+def training_time(log: Path, max_gap: float = 1800.0) -> dict:
+    """Wall-clock training time from train.log's training records: the time between consecutive
+    records, except across a restart (the update count does not grow: a resumed process) or a gap
+    over ``max_gap`` seconds (a paused or stopped run). The machine may have been shared: this is
+    the time the run took, not its cost on an idle machine."""
+    seconds, restarts, prev = 0.0, 0, None
     for line in log.read_text().splitlines():
         try:
             t = datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+            rec = json.loads(line[line.index("{"):])
         except ValueError:
             continue
-        if "resumed from" in line or "starting" in line or start is None:
-            if start is not None and last is not None:
-                spans.append((last - start).total_seconds())
-            start = t
-        last = t
-    if start is not None and last is not None:
-        spans.append((last - start).total_seconds())
-    return {"seconds": sum(spans), "processes": len(spans)}
+        if "loss" not in rec or "updates" not in rec:
+            continue
+        if prev is not None:
+            gap = (t - prev[0]).total_seconds()
+            if rec["updates"] > prev[1] and gap <= max_gap:
+                seconds += gap
+            else:
+                restarts += 1
+        prev = (t, rec["updates"])
+    return {"seconds": seconds, "restarts_or_pauses": restarts, "last_update": prev[1] if prev else 0}
 
 
 def keep(run: Path, dest: Path, weights: bool) -> None:
