@@ -16,11 +16,6 @@ from docnmt.model import AttentionPolicy, ModelConfig, Transformer, sinusoidal_t
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
 
 
-def rand_qkv(b=2, h=4, nq=5, nk=7, d=8, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(b, h, n, d, generator=g) for n in (nq, nk, nk)]
-
-
 def test_sinusoidal_table_follows_spec():
     P = sinusoidal_table(10, 8)
     pos, i = 7, 2

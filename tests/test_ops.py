@@ -5,15 +5,7 @@ import pytest
 import torch
 
 from docnmt import ops as ops_module
-from docnmt.model import ModelConfig
 from docnmt.ops import Dropout, linear
-
-CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
-
-
-def rand_qkv(b=2, h=4, nq=5, nk=7, d=8, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(b, h, n, d, generator=g) for n in (nq, nk, nk)]
 
 
 @pytest.mark.parametrize("chunk", [3, 1024])

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import AttnSpec
-from ..data import Corpus, ModeConfig, doc_bounds, filter_training_documents, sent_instances
+from ..data import Corpus, ModeConfig, doc_bounds, filter_training_documents, with_sentences
 from ..errors import ConfigError
 from .base import Walk
 
@@ -98,9 +98,7 @@ def training_rows(corpus: Corpus, mode: ModeConfig, epoch: int, seed: int, marks
                           f"above 0 for training (it is {mode.max_instance_tokens}, whole documents)")
     rows = dls_instances(corpus, epoch + mode.dls_epoch_offset, seed, mode.dls_start_epoch, mode.max_instance_tokens,
                          mode.max_instance_sents, marks=marks)
-    if mode.mix_sentences:
-        rows = np.concatenate([rows, sent_instances(corpus)])
-    return filter_training_documents(corpus, rows, mode)
+    return filter_training_documents(corpus, with_sentences(corpus, rows, mode), mode)
 
 
 def uses_dls(mode: ModeConfig) -> bool:
