@@ -195,7 +195,9 @@ def attention_relative(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tenso
     separate operations. No attention dropout."""
     rel = spec.bias
     blocked = _blocked(spec, q.size(-2), k.size(-2), q.device)
-    return _RelativeAttention.apply(q, k, v, rel.q, rel.table, blocked, spec.is_causal, rel.center, rel.scale)
+    # rel.q to q's dtype: the CPU bf16 path runs attention in fp32 (attention_sdpa)
+    return _RelativeAttention.apply(q, k, v, rel.q.to(q.dtype), rel.table, blocked, spec.is_causal, rel.center,
+                                    rel.scale)
 
 
 class _RelativeAttention(torch.autograd.Function):

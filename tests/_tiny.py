@@ -3,13 +3,15 @@ docs/benchmarks.md#tier-s-smoke)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from docnmt.config import Config
 from docnmt.prepare import prepare
 from docnmt.readers import read_documents, write_marker
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+# ../shared/data beside the checkout, or DOCNMT_SHARED_DATA (the GPU run carries a small copy, bench/gpu/README.md)
+SHARED = Path(os.environ.get("DOCNMT_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 def tiny_corpus_files(directory: Path, n_docs: int = 4, max_sents: int = 40) -> Path:

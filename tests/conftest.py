@@ -11,6 +11,9 @@ Markers
 ``slow``             End-to-end checks (training, whole pipelines): ``python -m pytest -m "not slow"``
                      is the quick inner loop; ``python -m pytest`` runs everything. Every test under
                      ``tests/integration/`` is marked ``slow`` here.
+``cuda``             The GPU checks in ``tests/cuda/`` (``python -m pytest -m cuda``): skipped without
+                     CUDA; ``DOCNMT_CUDA_TESTS_ON_CPU=1`` runs them on the CPU at small sizes (the
+                     dry run of ``bench/gpu/run.sh``).
 
 Torch runs one intra-op thread during the tests unless ``OMP_NUM_THREADS`` is set (``pytest_configure``).
 
@@ -49,6 +52,7 @@ from docnmt.readers import read_documents
 from docnmt.vocab import Vocab
 
 INTEGRATION = Path(__file__).resolve().parent / "integration"
+CUDA = Path(__file__).resolve().parent / "cuda"
 
 TED_DOCS = 3        # documents in ``ted_docs``
 TED_SENTS = 12      # sentences kept per document in ``ted_docs``
@@ -67,10 +71,12 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)         # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(items):
-    """Whole pipelines (``tests/integration/``) are slow."""
+    """Whole pipelines (``tests/integration/``) are slow; ``tests/cuda/`` is marked ``cuda``."""
     for item in items:
         if INTEGRATION in item.path.parents:
             item.add_marker(pytest.mark.slow)
+        if CUDA in item.path.parents:
+            item.add_marker(pytest.mark.cuda)
 
 
 @pytest.fixture(scope="session")

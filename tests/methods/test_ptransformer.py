@@ -194,3 +194,17 @@ def test_blocked_relative_attention_in_bf16():
         res.append((out, *grads))
     for a, b in zip(*res):
         torch.testing.assert_close(b.float(), a, rtol=0.05, atol=0.05)
+
+
+def test_trains_under_bf16_autocast_on_the_cpu():
+    """Found by the CUDA checks' CPU dry run: under CPU bf16 autocast, attention runs in fp32 but
+    the relative term's projected queries stayed bf16 (a dtype error in the relative kernel)."""
+    from docnmt.train import forward_loss
+    torch.manual_seed(0)
+    model = build(CFG).train()
+    src, tgt = random_pair(src_len=20, tgt_len=20)
+    batch = {"src": src, "tgt_in": tgt, "labels": torch.roll(tgt, -1, 1)}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _, _ = forward_loss(model, batch, 0.1)
+    loss.backward()
+    assert torch.isfinite(loss) and model.policy.rel_embed.grad is not None

@@ -1,0 +1,168 @@
+"""docnmt on a GPU, in one command: environment, CUDA correctness, speed against Hugging Face, and
+a Tier L model, each stage with its own time budget.
+
+    python bench/gpu/run.py OUTDIR [--dry-run] [--stages env correctness speed tierl] [--scale 1.0]
+    bash bench/gpu/run.sh OUTDIR          # the same, installing docnmt first (the GPU machine)
+
+Writes ``OUTDIR/results.json`` (rewritten after every stage, so a cut-off run keeps what it has)
+and ``OUTDIR/log.txt`` (every stage's output). A stage runs in its own process under its budget
+(× ``--scale``); a stage that fails or runs out of time is recorded as such and the next one
+runs. ``--dry-run`` runs every stage on the CPU at tiny sizes on ``bench/gpu/data-dry`` (made by
+``bench/gpu/prepare.py --dry-run``), as ``tests/integration/test_gpu_bench.py`` does.
+See bench/gpu/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+# seconds on an H100; the whole command must fit in about 8 minutes, the machine's call limit is 10
+BUDGETS = {"env": 40, "correctness": 150, "speed": 120, "tierl": 210}
+DRY_BUDGETS = {"env": 60, "correctness": 300, "speed": 300, "tierl": 300}
+
+# the dry run's share of the CUDA checks: one preset per method family, the small sizes, one
+# decoding check (the whole list runs on the GPU)
+DRY_TESTS = ("transformer_tiny or g_transformer_small or p_transformer_small or docflat_small or "
+             "context_transformer_small or doc2doc_dls_laa_small or flex or kernel or incremental or "
+             "batched_equals_unbatched_decoding_fp32 and sent2sent or torchrun")
+
+
+def stage_env(out: Path, dry: bool) -> dict:
+    """GPU name, versions, and the measured bf16 peak of one n³ matmul (n = 8192; 512 in a dry run)."""
+    import torch
+    cuda = torch.cuda.is_available()
+    dev = torch.device("cuda" if cuda else "cpu")
+    info = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
+            "gpu_memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30 if cuda else None,
+            "cpu_threads": torch.get_num_threads()}
+    n = 512 if dry or not cuda else 8192
+    a, b = (torch.randn(n, n, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    reps = 3 if dry else 20
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    sync()
+    seconds = (time.perf_counter() - t0) / reps
+    info.update({"matmul_n": n, "bf16_matmul_seconds": seconds, "bf16_peak_tflops": 2 * n**3 / seconds / 1e12})
+    return info
+
+
+def stage_correctness(out: Path, dry: bool, budget: float) -> dict:
+    """``pytest -m cuda tests/cuda`` (verbose, so a run cut off by its budget keeps the verdicts so far)."""
+    env = dict(os.environ)
+    cmd = [sys.executable, "-m", "pytest", "tests/cuda", "-m", "cuda", "-v", "-p", "no:cacheprovider",
+           "-o", "addopts=", "--tb=line", "-W", "ignore::UserWarning"]
+    if dry:
+        env["DOCNMT_CUDA_TESTS_ON_CPU"] = "1"
+        cmd += ["-k", DRY_TESTS]
+    data = HERE / ("data-dry" if dry else "data") / "shared"
+    if data.is_dir():
+        env["DOCNMT_SHARED_DATA"] = str(data)
+    lines, timed_out = [], False
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + budget
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            print(line, end="", flush=True)
+            if time.time() > deadline:
+                timed_out = True
+                break
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    verdicts = {}
+    for line in lines:
+        m = re.match(r"(tests/cuda/\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR)", line)
+        if m:
+            verdicts[m.group(1).split("::", 1)[1]] = m.group(2).lower()
+    failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]   # pytest's short summary
+    counts = {k: sum(v == k for v in verdicts.values()) for k in ("passed", "failed", "skipped", "error")}
+    return {"counts": counts, "tests": verdicts, "failures": failures[-40:], "timed_out": timed_out,
+            "returncode": proc.returncode, "ok": not timed_out and counts["failed"] == counts["error"] == 0
+            and counts["passed"] > 0}
+
+
+def run_stage(name: str, out: Path, dry: bool, budget: float, log) -> dict:
+    """One stage in its own process, under ``budget`` seconds; its JSON result (or why there is none)."""
+    t0 = time.time()
+    result_file = out / f"{name}.json"
+    result_file.unlink(missing_ok=True)
+    cmd = [sys.executable, str(HERE / "run.py"), str(out), "--one", name, "--budget", str(budget)]
+    if name in ("speed", "tierl"):
+        cmd = [sys.executable, str(HERE / f"{name}.py"), str(out), "--budget", str(budget)]
+    if dry:
+        cmd.append("--dry-run")
+    log(f"== stage {name} (budget {budget:.0f} s): {' '.join(cmd)}")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    status = "ok"
+    try:
+        for line in proc.stdout:
+            log(line.rstrip("\n"))
+            if time.time() - t0 > budget + 30:       # the stage's own budget, plus time to write its results
+                status = "timeout"
+                break
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    if status == "ok" and proc.returncode != 0:
+        status = f"failed (exit {proc.returncode})"
+    result = json.loads(result_file.read_text()) if result_file.exists() else {}
+    if status == "ok" and result.get("ok") is False:
+        status = "failed checks"
+    return {"status": status, "seconds": round(time.time() - t0, 1), **result}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--dry-run", action="store_true", help="every stage on the CPU at tiny sizes")
+    ap.add_argument("--stages", nargs="+", default=list(BUDGETS), choices=list(BUDGETS))
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every stage's time budget")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--budget", type=float, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    if a.one:                       # a stage run in its own process by run_stage
+        fn = {"env": lambda: stage_env(a.out, a.dry_run),
+              "correctness": lambda: stage_correctness(a.out, a.dry_run, a.budget)}[a.one]
+        (a.out / f"{a.one}.json").write_text(json.dumps(fn(), indent=1))
+        return 0
+    if a.dry_run and not (HERE / "data-dry/tierl/prepare.json").exists():
+        subprocess.run([sys.executable, str(HERE / "prepare.py"), "--dry-run"], cwd=ROOT, check=True)
+    log_file = (a.out / "log.txt").open("a")
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+        log_file.write(msg + "\n")
+        log_file.flush()
+    budgets = DRY_BUDGETS if a.dry_run else BUDGETS
+    results = {"dry_run": a.dry_run, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "stages": {}}
+    for name in a.stages:
+        results["stages"][name] = run_stage(name, a.out, a.dry_run, budgets[name] * a.scale, log)
+        (a.out / "results.json").write_text(json.dumps(results, indent=1))
+        log(f"== stage {name}: {results['stages'][name]['status']} in {results['stages'][name]['seconds']} s")
+    for name in a.stages:             # the per-stage files are in results.json now
+        (a.out / f"{name}.json").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""The speed stage of bench/gpu/run.py: docnmt beside a Hugging Face ``MarianMTModel`` of the same
+dimensions, in the same process, on the same token batches.
+
+    python bench/gpu/speed.py OUTDIR [--budget 120] [--dry-run]
+
+1. training: target tokens/s, peak GPU memory and MFU of ``transformer_base`` (bf16 autocast)
+   on Sent2Sent batches and on Doc2Doc instances of at most 512 tokens, both models given the same
+   collated batches (``--max-tokens``), label-smoothed cross-entropy, Adam;
+2. beam-5 decoding: generated tokens/s, both models with random weights generating exactly
+   ``--decode-len`` tokens for the same source sentences (docnmt's ``beam_search`` with a minimum
+   length equal to its maximum; ``generate`` with ``min_new_tokens = max_new_tokens``);
+3. G-Transformer on single instances of 512 … 16K tokens: one training forward+backward with
+   FlexAttention block masks (the CUDA path), with dense N×N masks, and the plain Transformer
+   (Doc2Doc, SDPA) on the same tokens.
+
+MFU = model FLOPs per second / the ``env`` stage's measured bf16 matmul peak (``OUTDIR/env.json``;
+the dense-attention count, real tokens only; training = 3 × forward). Every part writes its
+figures to ``OUTDIR/speed.json`` as soon as it has them; a part that fails is recorded and the
+next one runs. Sizes shrink to a few seconds of CPU work with ``--dry-run``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CUDA = torch.cuda.is_available()
+DEV = torch.device("cuda" if CUDA else "cpu")
+
+
+def sync():
+    if CUDA:
+        torch.cuda.synchronize()
+
+
+def reset_peak():
+    if CUDA:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_mib() -> float | None:
+    return torch.cuda.max_memory_allocated() / 2**20 if CUDA else None
+
+
+def lengths(batch: dict, pad: int) -> tuple[np.ndarray, np.ndarray]:
+    return (batch["src"].ne(pad).sum(1).cpu().numpy().astype(float),
+            batch["labels"].ne(pad).sum(1).cpu().numpy().astype(float))
+
+
+def forward_flops(m, src_len: np.ndarray, tgt_len: np.ndarray, vocab: int) -> float:
+    """Matmul FLOPs of one forward pass of an encoder-decoder Transformer over real tokens: the
+    projections, FFNs and output layer, and dense attention (self, causal self counted in full,
+    cross) per instance."""
+    d, f, le, ld = m.d_model, m.ffn_dim, m.encoder_layers, m.decoder_layers
+    ns, nt = src_len.sum(), tgt_len.sum()
+    enc = le * (ns * (8 * d * d + 4 * d * f) + 4 * d * (src_len ** 2).sum())
+    dec = ld * (nt * (12 * d * d + 4 * d * f) + ns * 4 * d * d
+                + 4 * d * (tgt_len ** 2).sum() + 4 * d * (tgt_len * src_len).sum())
+    return float(enc + dec + nt * 2 * d * vocab)
+
+
+# ---- 1. training ------------------------------------------------------------------------------
+
+def marian_like(m, vocab_size: int, pad: int, bos: int, eos: int):
+    """A Hugging Face MarianMTModel with docnmt's dimensions (random weights)."""
+    from transformers import MarianConfig, MarianMTModel
+    cfg = MarianConfig(vocab_size=vocab_size, d_model=m.d_model, encoder_layers=m.encoder_layers,
+                       decoder_layers=m.decoder_layers, encoder_attention_heads=m.heads,
+                       decoder_attention_heads=m.heads, encoder_ffn_dim=m.ffn_dim, decoder_ffn_dim=m.ffn_dim,
+                       max_position_embeddings=max(1024, m.max_positions), dropout=m.dropout,
+                       activation_function="relu", scale_embedding=True, pad_token_id=pad, eos_token_id=eos,
+                       decoder_start_token_id=bos, forced_eos_token_id=None, share_encoder_decoder_embeddings=True)
+    return MarianMTModel(cfg).to(DEV)
+
+
+def hf_update(model, opt, batch: dict, pad: int, eps: float, clip: float) -> None:
+    """One training step of the Hugging Face model as its users write it (label-smoothed
+    cross-entropy per target token, the same clipping as docnmt's)."""
+    model.train()
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast(DEV.type, dtype=torch.bfloat16):
+        out = model(input_ids=batch["src"], attention_mask=batch["src"].ne(pad),
+                    decoder_input_ids=batch["tgt_in"], decoder_attention_mask=batch["tgt_in"].ne(pad))
+        logits = out.logits.float().view(-1, out.logits.size(-1))
+        loss = F.cross_entropy(logits, batch["labels"].view(-1), ignore_index=pad, label_smoothing=eps,
+                               reduction="sum")
+    n = batch["labels"].ne(pad).sum()
+    (loss / n).backward()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+
+
+def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: int, dry: bool, peak: float) -> dict:
+    from docnmt.config import Config
+    from docnmt.train import Trainer
+    over = {"train.max_tokens": max_tokens, "train.precision": "bf16", "data.mode": kind, "train.warmup_updates": 100}
+    if dry:
+        over.update({"model.d_model": 64, "model.ffn_dim": 128, "model.heads": 4, "model.encoder_layers": 2,
+                     "model.decoder_layers": 2})
+    cfg = Config.load("transformer_base").override(over)
+    import tempfile
+    out = {"kind": kind, "max_tokens": max_tokens, "updates": updates}
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(cfg, data, f"{tmp}/m", progress_bar=False)
+        pad = trainer.vocab.pad
+        batches = trainer.epoch_batches(1)
+        rng = np.random.default_rng(0)
+        picks = rng.choice(len(batches), min(len(batches), warmup + updates), replace=len(batches) < warmup + updates)
+        collated = [trainer.train_set.collate(batches[i]) for i in picks]
+        on_dev = [{k: (v.to(DEV) if torch.is_tensor(v) else v) for k, v in b.items()} for b in collated]
+        flops = sum(3 * forward_flops(cfg.model, *lengths(b, pad), len(trainer.vocab)) for b in on_dev[warmup:])
+        tokens = sum(int(b["labels"].ne(pad).sum()) for b in on_dev[warmup:])
+        out["target_tokens"] = tokens
+        out["padding"] = 1 - tokens / sum(b["labels"].numel() for b in on_dev[warmup:])
+
+        def timed(step) -> dict:
+            reset_peak()
+            for b in on_dev[:warmup]:
+                step(b)
+            sync()
+            t0 = time.perf_counter()
+            for b in on_dev[warmup:]:
+                step(b)
+            sync()
+            s = time.perf_counter() - t0
+            return {"seconds": s, "target_tokens_per_s": tokens / s, "peak_memory_mib": peak_mib(),
+                    "mfu": flops / s / (peak * 1e12) if peak else None}
+        out["docnmt"] = timed(lambda b: trainer.update([b]))
+        out["docnmt"]["parameters"] = sum(p.numel() for p in trainer.model.parameters())
+        vocab = trainer.vocab
+        trainer = None          # frees its model and optimizer before the other model is built
+        try:
+            model = marian_like(cfg.model, len(vocab), pad, vocab.bos, vocab.eos)
+        except ImportError as e:
+            out["huggingface"] = {"skipped": f"transformers not installed ({e})"}
+            return out
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), fused=CUDA)
+        out["huggingface"] = timed(lambda b: hf_update(model, opt, b, pad, cfg.train.label_smoothing,
+                                                       cfg.train.clip_norm))
+        out["huggingface"]["parameters"] = sum(p.numel() for p in model.parameters())
+        out["speedup"] = out["docnmt"]["target_tokens_per_s"] / out["huggingface"]["target_tokens_per_s"]
+    return out
+
+
+# ---- 2. decoding ------------------------------------------------------------------------------
+
+def decode_speed(data: Path, sentences: int, batch: int, decode_len: int, dry: bool) -> dict:
+    from docnmt.config import Config
+    from docnmt.data import Corpus
+    from docnmt.methods import build_model
+    from docnmt.search import SearchConfig, beam_search
+    from docnmt.vocab import Vocab
+    vocab = Vocab.load(data)
+    over = {}
+    if dry:
+        over = {"model.d_model": 64, "model.ffn_dim": 128, "model.heads": 4, "model.encoder_layers": 2,
+                "model.decoder_layers": 2}
+    cfg = Config.load("transformer_base").override(over)
+    torch.manual_seed(0)
+    model = build_model(cfg, vocab).to(DEV).eval()
+    corpus = Corpus.load(data, "valid")
+    rows = [list(corpus.src[i][:60]) + [vocab.eos] for i in range(min(sentences, corpus.n_sents))]
+    pad, bos, eos = vocab.pad, vocab.bos, vocab.eos
+    batches = []
+    for i in range(0, len(rows), batch):
+        part = rows[i: i + batch]
+        width = max(map(len, part))
+        batches.append(torch.tensor([r + [pad] * (width - len(r)) for r in part], device=DEV))
+    generated = sum(b.size(0) for b in batches) * decode_len
+    out = {"sentences": len(rows), "batch": batch, "beam": 5, "generated_tokens_per_sentence": decode_len}
+    search = SearchConfig(beam=5, min_len=decode_len, max_len_b=decode_len)
+
+    def ours(src):
+        limit = torch.full((src.size(0),), decode_len, device=DEV)
+        return beam_search(model, src, search, bos, eos, banned=[pad, bos], max_len=limit)
+
+    def timed(fn) -> dict:
+        reset_peak()
+        with torch.no_grad(), torch.autocast(DEV.type, dtype=torch.bfloat16):
+            fn(batches[0])                      # warm-up
+            sync()
+            t0 = time.perf_counter()
+            for b in batches:
+                fn(b)
+            sync()
+        s = time.perf_counter() - t0
+        return {"seconds": s, "generated_tokens_per_s": generated / s, "peak_memory_mib": peak_mib()}
+    out["docnmt"] = timed(ours)
+    try:
+        hf = marian_like(cfg.model, len(vocab), pad, bos, eos).eval()
+    except ImportError as e:
+        out["huggingface"] = {"skipped": f"transformers not installed ({e})"}
+        return out
+
+    def theirs(src):
+        return hf.generate(input_ids=src, attention_mask=src.ne(pad), num_beams=5, do_sample=False,
+                           max_new_tokens=decode_len + 1, min_new_tokens=decode_len + 1, length_penalty=1.0,
+                           decoder_start_token_id=bos, pad_token_id=pad, eos_token_id=eos)
+    out["huggingface"] = timed(theirs)
+    out["speedup"] = out["docnmt"]["generated_tokens_per_s"] / out["huggingface"]["generated_tokens_per_s"]
+    return out
+
+
+# ---- 3. G-Transformer on long instances ---------------------------------------------------------
+
+@contextlib.contextmanager
+def dense_group_masks():
+    """Group attention through dense N×N masks (the official code's cost) instead of block masks."""
+    from docnmt import attention
+    saved = attention.attention_flex, attention.attention_grouped
+
+    def dense(q, k, v, spec, dropout=0.0):
+        return attention.attention_masked(q, k, v, spec, dropout)
+    attention.attention_flex = attention.attention_grouped = dense
+    try:
+        yield
+    finally:
+        attention.attention_flex, attention.attention_grouped = saved
+
+
+def long_instances(tokens_list: list[int], repeats: int, dry: bool, deadline: float) -> list[dict]:
+    from docnmt.config import Config
+    from docnmt.methods.gtransformer import build
+    from docnmt.model import Transformer
+    from docnmt.train import forward_loss
+    results = []
+    for tokens in tokens_list:
+        sent_len = 30
+        n_sents = max(1, tokens // (sent_len + 2))
+        over = {"model.max_positions": n_sents * (sent_len + 2) + 2, "model.dropout": 0.0}
+        if dry:
+            over.update({"model.d_model": 64, "model.ffn_dim": 128, "model.heads": 4})
+        cfg = Config.load("g_transformer_base").override(over)
+        cfg.model.vocab_size, cfg.model.pad_id = 8000, 0
+        bos, eos, eod = 2, 3, 7999
+        rng = np.random.default_rng(0)
+        body = np.concatenate([np.concatenate([[bos], rng.integers(4, 7990, sent_len), [eos]])
+                               for _ in range(n_sents)])
+        batch = {"src": torch.as_tensor(body[None], device=DEV),
+                 "tgt_in": torch.as_tensor(np.concatenate([[eod], body])[None], device=DEV),
+                 "labels": torch.as_tensor(np.concatenate([body, [eod]])[None], device=DEV)}
+        for name in ("flex", "dense", "vanilla"):
+            if time.time() > deadline:
+                results.append({"tokens": int(body.size), "model": name, "skipped": "out of time"})
+                continue
+            torch.manual_seed(0)
+            model = (Transformer(cfg.model) if name == "vanilla" else build(cfg.model, cfg.method, bos, eod))
+            model = model.to(DEV).train()
+            row = {"tokens": int(body.size), "sentences": n_sents, "model": name}
+            try:
+                with dense_group_masks() if name == "dense" else contextlib.nullcontext():
+                    reset_peak()
+                    times = []
+                    for _ in range(repeats + 1):
+                        sync()
+                        t0 = time.perf_counter()
+                        with torch.autocast(DEV.type, dtype=torch.bfloat16):
+                            loss, _, _ = forward_loss(model, batch, 0.1)
+                        loss.backward()
+                        sync()
+                        times.append(time.perf_counter() - t0)
+                        model.zero_grad(set_to_none=True)
+                row.update({"seconds": float(np.median(times[1:])), "first_seconds": times[0],
+                            "peak_memory_mib": peak_mib()})
+                row["target_tokens_per_s"] = row["tokens"] / row["seconds"]
+            except torch.OutOfMemoryError:
+                row["error"] = "out of memory"
+            except Exception as e:          # noqa: BLE001 -- recorded, the next size runs
+                row["error"] = f"{type(e).__name__}: {e}"[:300]
+            results.append(row)
+            print(json.dumps(row), flush=True)
+            del model
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--budget", type=float, default=120)
+    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--data", type=Path)
+    a = ap.parse_args()
+    dry = a.dry_run
+    data = a.data or HERE / ("data-dry" if dry else "data") / "tierl"
+    deadline = time.time() + a.budget
+    env = a.out / "env.json"
+    peak = json.loads(env.read_text()).get("bf16_peak_tflops") if env.exists() else None
+    if peak is None and (a.out / "results.json").exists():
+        peak = json.loads((a.out / "results.json").read_text())["stages"].get("env", {}).get("bf16_peak_tflops")
+    result: dict = {"device": torch.cuda.get_device_name() if CUDA else "cpu", "peak_tflops": peak, "ok": True}
+
+    def part(name: str, fn) -> None:
+        if time.time() > deadline:
+            result[name] = {"skipped": "out of time"}
+            return
+        t0 = time.time()
+        try:
+            result[name] = fn()
+        except Exception:          # noqa: BLE001 -- recorded, the next part runs
+            result[name] = {"error": traceback.format_exc()[-2000:]}
+            result["ok"] = False
+            print(result[name]["error"], file=sys.stderr)
+        print(f"{name}: {time.time() - t0:.1f} s {json.dumps(result[name])[:600]}", flush=True)
+        (a.out / "speed.json").write_text(json.dumps(result, indent=1))
+
+    tok = 1000 if dry else 16384
+    n_upd, warm = (3, 1) if dry else (30, 5)
+    part("train_sentences", lambda: train_speed(data, "sent2sent", tok, n_upd, warm, dry, peak))
+    part("train_documents", lambda: train_speed(data, "doc2doc", tok, n_upd, warm, dry, peak))
+    part("decode_beam5", lambda: decode_speed(data, 16 if dry else 512, 8 if dry else 128, 8 if dry else 40, dry))
+    sizes = [128, 256] if dry else [512, 1024, 2048, 4096, 8192, 16384]
+    part("g_transformer_long", lambda: long_instances(sizes, 1 if dry else 3, dry, deadline))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

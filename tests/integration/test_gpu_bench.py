@@ -1,0 +1,52 @@
+"""bench/gpu/run.py keeps working while no GPU is around: its dry run (every stage on the CPU at
+tiny sizes) completes and reports every figure; a failing stage does not stop the next."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "bench/gpu/run.py"
+
+pytestmark = pytest.mark.usefixtures("shared_data")
+
+
+def run(out: Path, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, str(RUN), str(out), "--dry-run", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((out / "results.json").read_text())
+
+
+def test_dry_run_runs_every_stage_and_reports_every_figure(tmp_path):
+    r = run(tmp_path)
+    stages = r["stages"]
+    assert list(stages) == ["env", "correctness", "speed", "tierl"]
+    assert {s["status"] for s in stages.values()} == {"ok"}, {k: s["status"] for k, s in stages.items()}
+    assert stages["env"]["bf16_peak_tflops"] > 0 and stages["env"]["torch"]
+    c = stages["correctness"]
+    assert c["counts"]["passed"] >= 15 and c["counts"]["failed"] == 0
+    assert any("torchrun" in t for t in c["tests"]) and any("flex" in t for t in c["tests"])
+    s = stages["speed"]
+    for part in ("train_sentences", "train_documents"):
+        assert s[part]["docnmt"]["target_tokens_per_s"] > 0 and s[part]["huggingface"]["target_tokens_per_s"] > 0
+    assert s["decode_beam5"]["speedup"] > 0
+    assert {row["model"] for row in s["g_transformer_long"] if "seconds" in row} == {"flex", "dense", "vanilla"}
+    t = stages["tierl"]
+    assert t["ok"] and all(step["rc"] == 0 for step in t["steps"])
+    assert "d_bleu" in t["gt"]["valid"] and "bootstrap" in json.dumps(t["gt"]["valid"]) and "anaphora" in t["gt"]
+    with tarfile.open(tmp_path / "tierl.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"sent/valid.fr", "gt/valid.fr", "gt/valid.json", "gt/anaphora.scores.jsonl", "sent/config.yaml"} <= names
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt", "results.json", "tierl.tar.gz"]
+
+
+def test_a_stage_out_of_time_is_recorded_and_the_next_stage_runs(tmp_path):
+    r = run(tmp_path, "--stages", "correctness", "env", "--scale", "0.01")   # 3 s for the CUDA checks
+    assert r["stages"]["correctness"]["status"] != "ok"
+    assert r["stages"]["env"]["status"] == "ok" and r["stages"]["env"]["bf16_peak_tflops"] > 0
