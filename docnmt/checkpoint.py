@@ -1,4 +1,4 @@
-"""The model directory: layout, atomic checkpoints, loading and averaging.
+"""The model directory: layout, atomic checkpoints, loading and averaging, the training lock.
 
 ::
 
@@ -7,18 +7,28 @@
       spm.model vocab.json the subword model and docnmt's symbols (Moses+BPE: bpe.codes bpe.vocab.json)
       model.safetensors    the weights to translate with (best validation, else last)
       train.log metrics.jsonl learning_curve.png
+      .lock                held by the training command working in the directory (its pid inside)
       checkpoints/
         LAST               name of the newest complete checkpoint
         u00001200/         one checkpoint: model.safetensors + state.pt
                            (optimizer, scheduler, progress, RNG; loadable with weights_only=True)
 
-Every file is written to a temporary name in the same directory and renamed into place, and a
-checkpoint directory is complete before ``LAST`` names it, so a crash while saving never leaves a
-broken checkpoint.
+Crash safety: every file is written to a temporary name in the same directory and renamed into
+place; a checkpoint directory is complete (both files) before it gets its name; a save writes
+the checkpoint, then ``model.safetensors`` (when it is the best), then ``LAST``; an old
+checkpoint is renamed to a hidden name before it is deleted. :func:`recover` (run when training
+starts) puts back a checkpoint a crash left aside and removes the hidden leftovers, and
+training resumes from the newest checkpoint that loads. Whatever instant a training process is
+killed at, the same command resumes (or, before the first checkpoint, starts) the run.
+
+:func:`crash_point` marks each instant of a save where a kill leaves a different state on disk;
+the tests simulate a kill there (``crash_hook``, or ``DOCNMT_CRASH_AT=POINT[:N]`` for a
+subprocess, which then exits at once with status 137 the N-th time it reaches POINT).
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -30,6 +40,24 @@ from .errors import DocnmtError
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
+LOCK = ".lock"
+CHECKPOINT = re.compile(r"u\d{8}")           # u + the update count
+
+crash_hook = None                # tests: called with the name of every crash point reached
+_crash_counts: dict[str, int] = {}
+
+
+def crash_point(name: str) -> None:
+    """A named instant at which the tests simulate a kill (see the module docstring)."""
+    if crash_hook is not None:
+        crash_hook(name)
+    wanted = os.environ.get("DOCNMT_CRASH_AT")
+    if wanted:
+        point, _, count = wanted.partition(":")
+        if point == name:
+            _crash_counts[name] = _crash_counts.get(name, 0) + 1
+            if _crash_counts[name] == int(count or 1):
+                os._exit(137)
 
 
 def _new_file_mode(path: Path) -> int:
@@ -37,9 +65,7 @@ def _new_file_mode(path: Path) -> int:
     try:
         return os.stat(path).st_mode & 0o7777
     except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        return 0o666 & ~_umask()
 
 
 def atomic_write(path: Path, write) -> None:
@@ -102,7 +128,10 @@ def _is_tied(model: torch.nn.Module, key: str) -> bool:
     return any(k != key and sd[k].data_ptr() == sd[key].data_ptr() for k in sd)
 
 
-def save_checkpoint(directory: Path, name: str, model: torch.nn.Module, state: dict, keep_last: int) -> Path:
+def save_checkpoint(directory: Path, name: str, model: torch.nn.Module, state: dict, keep_last: int,
+                    best: bool = False) -> Path:
+    """Write checkpoint ``name``; with ``best`` also ``model.safetensors``; then point ``LAST`` at
+    it and delete all but the newest ``keep_last`` checkpoints (see the module docstring)."""
     ckpts = Path(directory) / "checkpoints"
     ckpts.mkdir(parents=True, exist_ok=True)
     final = ckpts / name
@@ -110,36 +139,123 @@ def save_checkpoint(directory: Path, name: str, model: torch.nn.Module, state: d
     try:
         save_file(state_dict_unique(model), str(tmp / WEIGHTS))
         torch.save(state, tmp / STATE)
+        os.chmod(tmp, 0o777 & ~_umask())
+        crash_point("checkpoint-written")
         aside = ckpts / f".{name}.old"
         if final.exists():              # re-saving the same update: keep the old one until replaced
             os.replace(final, aside)
+            crash_point("checkpoint-aside")
         os.replace(tmp, final)
+        crash_point("checkpoint-renamed")
         shutil.rmtree(aside, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    except Exception:                   # an error (not a kill: recover() cleans up after those)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if best:
+        atomic_write(Path(directory) / WEIGHTS, lambda t: shutil.copyfile(final / WEIGHTS, t))
+        crash_point("best-weights")
     atomic_write(ckpts / "LAST", lambda t: Path(t).write_text(name))
+    crash_point("last")
     older = [p for p in list_checkpoints(directory) if p != final]
     for old in older[: max(0, len(older) - (keep_last - 1))] if keep_last > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        trash = ckpts / f".{old.name}.trash"
+        os.replace(old, trash)          # gone from the list at once, never half there
+        crash_point("prune")
+        shutil.rmtree(trash, ignore_errors=True)
     return final
 
 
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def complete(path: Path) -> bool:
+    """A checkpoint directory holding both of its files."""
+    return (path / STATE).is_file() and (path / WEIGHTS).is_file()
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
+    """The complete checkpoints of a model directory, oldest first."""
     ckpts = Path(directory) / "checkpoints"
-    return sorted(p for p in ckpts.glob("u*") if (p / STATE).exists()) if ckpts.exists() else []
+    if not ckpts.is_dir():
+        return []
+    return sorted(p for p in ckpts.iterdir() if CHECKPOINT.fullmatch(p.name) and complete(p))
 
 
 def last_checkpoint(directory: Path) -> Path | None:
+    """The checkpoint ``LAST`` names when it is complete, else the newest complete one (a
+    crash can leave ``LAST`` missing, torn or behind)."""
     pointer = Path(directory) / "checkpoints" / "LAST"
-    if not pointer.exists():
-        return None
-    path = pointer.parent / pointer.read_text().strip()
-    return path if (path / STATE).exists() else None
+    try:
+        name = pointer.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        name = ""
+    if CHECKPOINT.fullmatch(name) and complete(pointer.parent / name):
+        return pointer.parent / name
+    found = list_checkpoints(directory)
+    return found[-1] if found else None
+
+
+def recover(directory: Path) -> list[str]:
+    """Undo what a killed save left behind: a checkpoint moved aside while it was being saved
+    again is put back (unless the new one made it), hidden temporary files and directories are
+    removed. Returns what was done, for the log."""
+    done: list[str] = []
+    ckpts = Path(directory) / "checkpoints"
+    if ckpts.is_dir():
+        for aside in sorted(ckpts.glob(".u*.old")):
+            final = ckpts / aside.name[1:-4]
+            if CHECKPOINT.fullmatch(final.name) and not final.exists() and complete(aside):
+                os.replace(aside, final)
+                done.append(f"put back {final.name}, moved aside by an interrupted save")
+        for left in ckpts.iterdir():
+            if left.name.startswith("."):
+                shutil.rmtree(left) if left.is_dir() else left.unlink()
+                done.append(f"removed {left.name}, left by an interrupted save")
+            elif CHECKPOINT.fullmatch(left.name) and not complete(left):      # half deleted by older versions
+                shutil.rmtree(left)
+                done.append(f"removed {left.name}, an incomplete checkpoint")
+    for name in (WEIGHTS, "config.yaml", "metrics.jsonl"):
+        for left in Path(directory).glob(f".{name}.*"):       # atomic_write's temporary files
+            left.unlink()
+            done.append(f"removed {left.name}, left by an interrupted write")
+    return done
 
 
 def load_state(path: Path) -> dict:
     return torch.load(Path(path) / STATE, weights_only=True)
+
+
+class DirectoryLock:
+    """An exclusive lock on a directory (``flock`` of its ``.lock`` file, which holds the owner's
+    pid). The kernel drops it when its process ends, however it ends, so a killed run never
+    blocks the next one. Without ``fcntl`` (Windows) nothing is locked."""
+
+    def __init__(self, directory: Path, what: str = "docnmt train"):
+        self.path = Path(directory) / LOCK
+        self.file = open(self.path, "a+")
+        try:
+            import fcntl
+        except ImportError:
+            return
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.file.seek(0)
+            holder = self.file.read().strip() or "unknown"
+            self.file.close()
+            raise DocnmtError(f"{directory} is in use by another {what} (pid {holder}); wait for it to end "
+                              "or choose another --save-dir") from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"{os.getpid()}\n")
+        self.file.flush()
+
+    def release(self) -> None:
+        if not self.file.closed:
+            self.file.close()          # closing the last descriptor drops the lock
 
 
 def average_checkpoints(paths: list[Path], output: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -116,6 +117,17 @@ def collect_overrides(args, flags: dict) -> dict:
     return out
 
 
+def flag_labels(args, flags: dict) -> dict:
+    """Config key -> the flag the user typed for it (``decode.max_sentences`` -> ``--batch-size``,
+    ``--set train.lr``), so that a bad value is reported under that name."""
+    labels = {key: flag for flag, (key, _, _) in flags.items()
+              if key and getattr(args, flag[2:].replace("-", "_"), None) is not None}
+    for item in getattr(args, "set", None) or []:
+        key = item.split("=", 1)[0]
+        labels[key] = f"--set {key}"
+    return labels
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="docnmt", description="Document-level neural machine translation.")
     ap.add_argument("--version", action="version", version=_version())
@@ -167,7 +179,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the coverage report (documents fully recovered, empty and merged sentences) "
                         "here as JSON; never overwritten without --force")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report on stderr")
+    p.add_argument("--print-scores", action="store_true",
+                   help="add each sentence's and document's log-probability per token under the model "
+                        "(plain output: 'score<TAB>translation' and '<d><TAB>score' lines; JSONL: meta)")
     add_flags(p, DECODE_FLAGS)
+
+    p = sub.add_parser("score", help="reference scores: the log-probability of every reference sentence and "
+                                     "document in the model's own input format")
+    p.add_argument("model", help="model directory")
+    p.add_argument("--src", required=True, help="source documents (any input format)")
+    p.add_argument("--ref", required=True, help="reference translations, in the same document structure")
+    p.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP)
+    p.add_argument("--output", "-o", help="output file (stdout when omitted); never overwritten without --force")
+    p.add_argument("--output-format", default="tsv", choices=["tsv", "jsonl"],
+                   help="tsv: one line per sentence (document id, sentence number, log-probability, tokens, "
+                        "NLL per token) and one per document (sentence '*'); jsonl: one object per document")
+    p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
+    p.add_argument("--device", help="cpu | cuda")
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary on stderr")
 
     p = sub.add_parser("evaluate", help="s-BLEU, d-BLEU and chrF of a translation against references")
     p.add_argument("--hyp", required=True, help="translation (marker format with <d> lines, or JSONL)")
@@ -264,7 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="probe", help="directory for probe.json, probe.md and the PNG plots")
     p.add_argument("--force", action="store_true", help="overwrite the results of an earlier probe in --out")
     p.add_argument("--lengths", nargs="*", type=int, default=[],
-                   help="also absolute-position accuracy of the top layer on inputs of at most these tokens")
+                   help="also absolute-position accuracy of the top layer on inputs of at most these tokens "
+                        "(each model probed at every length)")
+    p.add_argument("--own-length", action="store_true",
+                   help="input-length study with one model per length (the paper's setup): probe each Doc2Doc "
+                        "MODEL on inputs of at most its own --max-instance-tokens and plot against that length")
     p.add_argument("--max-examples", type=int, default=20000, help="tokens or pairs per split and task")
     p.add_argument("--max-epochs", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=64)
@@ -277,10 +311,58 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("quickstart", help="prepare, train and translate the bundled chat corpus")
     p.add_argument("--workdir", default="docnmt-quickstart")
-    p.add_argument("--minutes", type=float, default=6.0, help="training time budget")
+    p.add_argument("--updates", type=positive_int, default=1200,
+                   help="training updates (the result depends on these, not on how busy the machine is)")
+    p.add_argument("--minutes", type=float, default=30.0,
+                   help="time cap: stop training after this many minutes even if --updates are not reached "
+                        "(said loudly when it happens)")
     p.add_argument("--force", action="store_true", help="start over in a --workdir an earlier quick start made")
 
     sub.add_parser("presets", help="list the named presets")
+
+    p = sub.add_parser("import-hf", help="import a Hugging Face translation model (Marian/OPUS-MT, mBART, NLLB, "
+                                         "M2M-100) into a docnmt model directory (needs pip install docnmt[hf])")
+    p.add_argument("hf_dir", metavar="DIR", help="local Hugging Face directory (config.json, weights, tokenizer)")
+    p.add_argument("--save-dir", required=True, help="docnmt model directory to write")
+    p.add_argument("--src-lang", help="source language code of a multilingual model (mBART: en_XX, NLLB: eng_Latn, "
+                                      "M2M-100: en)")
+    p.add_argument("--tgt-lang", help="target language code (a multi-target Marian model: the code of its >>xx<< "
+                                      "token)")
+    p.add_argument("--force", action="store_true", help="replace a docnmt model in --save-dir")
+
+    p = sub.add_parser("export-hf", help="write a Transformer model (sentence-level or Doc2Doc) as a Hugging Face "
+                                         "directory (needs pip install docnmt[hf])")
+    p.add_argument("model", help="docnmt model directory")
+    p.add_argument("out", metavar="DIR", help="Hugging Face directory to write")
+    p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
+    p.add_argument("--force", action="store_true", help="write into a non-empty DIR")
+
+    p = sub.add_parser("serve", help="serve models over HTTP: a JSON API, file upload and a web page "
+                                     "(needs pip install docnmt[serve])")
+    p.add_argument("models", nargs="+", metavar="MODEL", help="model directories, optionally NAME=DIR")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (0: any free port, printed at start)")
+    p.add_argument("--api-key", default=os.environ.get("DOCNMT_API_KEY", ""),
+                   help="require this key (X-API-Key or Authorization: Bearer) for the API; default "
+                        "$DOCNMT_API_KEY, else none")
+    p.add_argument("--workers", type=positive_int, default=1,
+                   help="decoding threads, each with its own copy of every model; with two or more one is "
+                        "always kept for short requests")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: cores / workers)")
+    p.add_argument("--device", help="cpu | cuda")
+    p.add_argument("--max-sentences", type=positive_int, default=5000, help="sentences per request")
+    p.add_argument("--max-chars", type=positive_int, default=500_000, help="source characters per request")
+    p.add_argument("--max-tokens", type=positive_int, default=100_000, help="source subword tokens per request")
+    p.add_argument("--max-upload-mb", type=float, default=4.0, help="request body size (JSON or uploaded file)")
+    p.add_argument("--max-beam", type=positive_int, default=16, help="largest beam a request may ask for")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds a request may wait and decode before it is answered 503")
+    p.add_argument("--queue", type=positive_int, default=64,
+                   help="requests in the service at once; more are answered 503 with Retry-After")
+    p.add_argument("--batch-wait-ms", type=float, default=5.0,
+                   help="how long a request waits for others to be decoded with it")
+    p.add_argument("--batch-tokens", type=positive_int, default=4000, help="source tokens decoded together")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     return ap
 
 
@@ -327,7 +409,11 @@ def cmd_train(args) -> int:
         overrides["train.valid_bleu"] = True
     if args.config and args.arch:
         raise DocnmtError("give either --config or --arch, not both")
-    cfg = Config.load(args.config or args.arch or "transformer_small").override(overrides)
+    if args.init_from:           # a model with a pretrained tokenizer brings its architecture
+        from .hf import init_from_overrides
+        overrides = {**init_from_overrides(args.init_from, args.data), **overrides}
+    cfg = Config.load(args.config or args.arch or "transformer_small").override(
+        overrides, flag_labels(args, {**DECODE_FLAGS, **TRAIN_FLAGS}))
     trainer = Trainer(cfg, args.data, args.save_dir, force=args.force, init_from=args.init_from,
                       progress_bar=not args.no_progress)
     out = trainer.train()
@@ -336,6 +422,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_translate(args) -> int:
+    from .limits import check_translation
     from .readers import read_inputs, write_jsonl, write_marker
     from .translate import Translator
     inputs = args.input or ["-"]
@@ -343,23 +430,187 @@ def cmd_translate(args) -> int:
         raise DocnmtError("--report and --output name the same file")
     refuse_inputs([args.output, args.report], [*inputs, *model_files(args.model, args.checkpoint)])
     refuse_overwrite([args.output, args.report], args.force)
+    refuse_unwritable([args.output, args.report])
     translator = Translator.load(args.model, args.checkpoint, args.device)
     overrides = collect_overrides(args, DECODE_FLAGS)
     if args.greedy:
         overrides["decode.beam"] = 1
-    cfg = translator.cfg.override(overrides) if overrides else translator.cfg
+    cfg = translator.cfg.override(overrides, flag_labels(args, DECODE_FLAGS)) if overrides else translator.cfg
     translator.cfg = cfg
+    streamable = args.format in ("auto", "marker", "blankline", "plain")
+    if inputs == ["-"] and args.output_format == "marker" and cfg.decode.nbest == 1 and streamable:
+        report = translate_stream(translator, cfg, args)
+        if report is not None:
+            if not args.quiet:
+                print(report.summary(), file=sys.stderr)
+            if args.report:
+                Path(args.report).write_text(json.dumps(report.as_dict(), indent=1) + "\n", encoding="utf-8")
+            return 0
     docs = read_inputs(inputs, args.format)
+    check_translation(translator, docs, cfg.decode, inputs, args.format)   # sizes, before any decoding
     out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs))
     target = args.output or sys.stdout
+    if args.print_scores:
+        add_scores(translator, out)
     if args.output_format == "jsonl":
         write_jsonl(out, target)
+    elif cfg.decode.nbest > 1 or args.print_scores:
+        write_scored(out, target, cfg.decode.nbest)
     else:
         write_marker(out, target, side="tgt", allow_empty=True)
     if not args.quiet:
         print(report.summary(), file=sys.stderr)
     if args.report:
         Path(args.report).write_text(json.dumps(report.as_dict(), indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def translate_stream(translator, cfg, args):
+    """Standard input in a line format, translated as it arrives: a ``<d>`` line or a blank line
+    ends a document, which is translated and written (and flushed) at once; with a model that uses
+    no context (Sent2Sent without context input) every line is translated as soon as it is read.
+    The output has the input's lines (``<d>`` and blank lines kept). Returns the coverage report,
+    or None when the input turns out to be JSON or XML (then read as a whole)."""
+    import io
+
+    from .document import Document
+    from .errors import DataError
+    from .translate import CoverageReport
+    stdin = sys.stdin.buffer
+    first = stdin.readline()
+    if first.lstrip(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"<") and first.strip() != b"<d>":
+        sys.stdin = io.TextIOWrapper(io.BytesIO(first + stdin.read()), encoding="utf-8")
+        return None
+    per_line = cfg.data.mode == "sent2sent" and not cfg.data.context_input
+    out = Path(args.output).open("w", encoding="utf-8") if args.output else sys.stdout
+    total = CoverageReport()
+    sents: list[str] = []
+    ndocs = 0
+
+    def flush() -> None:
+        nonlocal ndocs
+        if not sents:
+            return
+        docs, rep = translator.translate([Document(str(ndocs), list(sents))], cfg.decode, origin="<stdin>")
+        ndocs += 1
+        if args.print_scores:
+            add_scores(translator, docs)
+            out.write("".join(f"{sc:.4f}\t{t}\n" for sc, t in zip(docs[0].meta["scores"], docs[0].tgt)))
+        else:
+            out.write("".join(t + "\n" for t in docs[0].tgt))
+        out.flush()
+        for field in ("documents", "sentences", "instances", "malformed_instances", "empty_sentences"):
+            setattr(total, field, getattr(total, field) + getattr(rep, field))
+        total.documents_with_problems += rep.documents_with_problems
+        sents.clear()
+    try:
+        for no, raw in _numbered_lines(first, stdin):
+            try:
+                line = raw.decode("utf-8").lstrip("\ufeff").strip()
+            except UnicodeDecodeError as e:
+                raise DataError(f"invalid UTF-8 (byte 0x{raw[e.start]:02x})", "<stdin>", no) from None
+            if line in ("", "<d>"):
+                flush()
+                out.write(line + "\n")
+                out.flush()
+                continue
+            sents.append(line)
+            if per_line:
+                flush()
+        flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return total
+
+
+def _numbered_lines(first: bytes, stream):
+    """``(line number, bytes)`` of ``first`` and then every line of ``stream``, as they arrive."""
+    no, line = 1, first
+    while line:
+        yield no, line
+        no, line = no + 1, stream.readline()
+
+
+def add_scores(translator, docs) -> None:
+    """``meta["scores"]``: each output sentence's log-probability per token under the model, in
+    its own input format (a teacher-forced pass over the output, as ``docnmt score`` does), with
+    ``logprobs`` and ``tokens`` per sentence and ``score`` / ``logprob`` / ``tokens`` of the document."""
+    from .document import Document
+    from .scoring import document_logprobs
+    scored = document_logprobs(translator, [Document(d.docid, d.src, list(d.tgt)) for d in docs], origin="translation")
+    for doc, per_sent in zip(docs, scored):
+        lp, n = sum(x for x, _ in per_sent), sum(k for _, k in per_sent)
+        doc.meta.update(scores=[x / max(k, 1) for x, k in per_sent], logprobs=[x for x, _ in per_sent],
+                        tokens=[k for _, k in per_sent], score=lp / max(n, 1), logprob=lp)
+
+
+def write_scored(docs, target, nbest: int) -> None:
+    """Plain output with scores. ``--nbest N`` (N > 1): Moses n-best lines ``I ||| translation |||
+    score`` (I: the sentence's 0-based number in the input; score: the length-normalised
+    log-probability of the beam hypothesis it comes from), N per sentence, no ``<d>`` lines.
+    ``--print-scores``: the marker format with ``score<TAB>translation`` lines and ``<d><TAB>score``
+    document lines (log-probability per token under the model)."""
+    from .readers import _output
+    with _output(target) as fh:
+        i = 0
+        for doc in docs:
+            if nbest > 1:
+                alts = doc.meta.get("nbest") or [[t] for t in doc.tgt]
+                alt_scores = doc.meta.get("nbest_scores") or [[None] * len(a) for a in alts]
+                for texts, scores in zip(alts, alt_scores):
+                    for text, score in zip(texts, scores):
+                        fh.write(f"{i} ||| {text} ||| {'' if score is None else f'{score:.4f}'}\n")
+                    i += 1
+                continue
+            fh.write(f"<d>\t{doc.meta['score']:.4f}\n")
+            for text, score in zip(doc.tgt, doc.meta["scores"]):
+                fh.write(f"{score:.4f}\t{text}\n")
+
+
+def cmd_score(args) -> int:
+    import math
+
+    from .readers import read_inputs, read_sentences
+    from .scoring import document_logprobs
+    from .translate import Translator
+    refuse_inputs([args.output], [args.src, args.ref, *model_files(args.model, args.checkpoint)])
+    refuse_overwrite([args.output], args.force)
+    refuse_unwritable([args.output])
+    src, ref = read_inputs([args.src], args.format), read_sentences(args.ref)
+    if len(src) != len(ref):
+        raise DocnmtError(f"{args.src} has {len(src)} documents, {args.ref} has {len(ref)}")
+    for d, (a, b) in enumerate(zip(src, ref)):
+        if len(a.src) != len(b):
+            raise DocnmtError(f"document {d + 1} ({a.docid}): {len(a.src)} source sentences in {args.src}, "
+                              f"{len(b)} in {args.ref}")
+        a.tgt = b
+    translator = Translator.load(args.model, args.checkpoint, args.device)
+    scores = document_logprobs(translator, src, progress=not args.quiet, origin=args.ref)
+    nll = lambda lp, n: -lp / max(n, 1)  # noqa: E731
+    lines = []
+    if args.output_format == "tsv":
+        lines.append("document\tsentence\tlogprob\ttokens\tnll_per_token")
+    for doc, per_sent in zip(src, scores):
+        lp, n = sum(x for x, _ in per_sent), sum(k for _, k in per_sent)
+        if args.output_format == "jsonl":
+            lines.append(json.dumps({"id": doc.docid, "logprob": lp, "tokens": n, "nll_per_token": nll(lp, n),
+                                     "sentences": [{"logprob": x, "tokens": k, "nll_per_token": nll(x, k)}
+                                                   for x, k in per_sent]}, ensure_ascii=False))
+            continue
+        lines += [f"{doc.docid}\t{i}\t{x:.4f}\t{k}\t{nll(x, k):.4f}" for i, (x, k) in enumerate(per_sent, 1)]
+        lines.append(f"{doc.docid}\t*\t{lp:.4f}\t{n}\t{nll(lp, n):.4f}")
+    text = "\n".join(lines) + "\n"
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if not args.quiet:
+        total = sum(x for doc in scores for x, _ in doc)
+        tokens = sum(k for doc in scores for _, k in doc)
+        print(f"{sum(map(len, scores))} sentences, {tokens} target tokens: NLL {nll(total, tokens):.4f} nats/token "
+              f"({nll(total, tokens) / math.log(2):.4f} bits), perplexity {math.exp(nll(total, tokens)):.2f}",
+              file=sys.stderr)
     return 0
 
 
@@ -371,7 +622,24 @@ def refuse_overwrite(paths, force: bool) -> None:
             raise DocnmtError(f"{path} exists; pass --force to overwrite it")
 
 
-MODEL_FILES = ("config.yaml", "model.safetensors", "spm.model", "vocab.json", "bpe.codes", "bpe.vocab.json")
+def refuse_unwritable(paths) -> None:
+    """A clear error before any work if an output file (None or "-": not asked for) could not be
+    written: a directory, a missing parent directory, no write permission."""
+    for path in paths:
+        if not path or path == "-":
+            continue
+        p = Path(path)
+        parent = p.parent if str(p.parent) else Path(".")
+        if p.is_dir():
+            raise DocnmtError(f"{path}: is a directory; give a file name")
+        if not parent.is_dir():
+            raise DocnmtError(f"{path}: cannot write file: no such directory {parent}")
+        if not os.access(p if p.exists() else parent, os.W_OK):
+            raise DocnmtError(f"{path}: cannot write file: permission denied")
+
+
+MODEL_FILES = ("config.yaml", "model.safetensors", "spm.model", "vocab.json", "bpe.codes", "bpe.vocab.json",
+               "tokenizer.json", "source.spm", "target.spm", "pieces.json")      # the last four: import-hf
 
 
 def model_files(model: str | None, checkpoint: str | None = None) -> list:
@@ -398,7 +666,7 @@ def cmd_probe(args) -> int:
     from .readers import read_documents
     splits = {name: read_documents(getattr(args, name), fmt=args.format) for name in ("train", "valid", "test")}
     settings = ProbeSettings(batch_size=args.batch_size, max_epochs=args.max_epochs, max_examples=args.max_examples)
-    run(args.models, splits, Path(args.out), settings, args.lengths)
+    run(args.models, splits, Path(args.out), settings, args.lengths, own_length=args.own_length)
     return 0
 
 
@@ -406,11 +674,18 @@ def cmd_evaluate(args) -> int:
     from .metrics import evaluate_documents, format_table, paired_bootstrap
     from .readers import read_sentences
     refuse_inputs([args.json], [args.hyp, args.ref, args.compare, getattr(args, "src", None)])
+    refuse_unwritable([args.json, args.plot])
     hyp, ref = read_sentences(args.hyp, hypothesis=True), read_sentences(args.ref)
     if len(hyp) != len(ref):
         raise DocnmtError(f"{args.hyp} has {len(hyp)} documents, {args.ref} has {len(ref)}")
     result = evaluate_documents(hyp, ref)
     print(format_table(result))
+    mismatched = result["n_mismatched_docs"]
+    if mismatched * 2 > len(ref):     # most documents: s-level scores cover few sentences, or none
+        result["warning"] = (f"{mismatched} of {len(ref)} documents have a different number of sentences in "
+                             f"{args.hyp} and {args.ref}; s-level scores leave them out "
+                             f"({result['n_sents_scored']} of {result['n_sents']} sentences scored)")
+        print(f"WARNING: {result['warning']}", file=sys.stderr)
     if args.compare:
         other = read_sentences(args.compare, hypothesis=True)
         levels = [lvl for lvl in ("s", "d") if lvl == "d" or result["s_bleu"]]
@@ -440,7 +715,7 @@ def cmd_evaluate(args) -> int:
 def _by_length(args, hyp, ref) -> list[dict]:
     from .metrics import bleu_by_length, plot_by_length
     from .readers import read_sentences
-    src = read_sentences(args.src) if args.src else ref
+    src = read_sentences(args.src, source=True) if args.src else ref
     if len(src) != len(ref) or any(len(s) != len(r) for s, r in zip(src, ref)):
         raise DocnmtError(f"{args.src}: not the same documents and sentences as {args.ref}")
     lengths = [sum(len(s.split()) for s in d) for d in src]
@@ -460,7 +735,7 @@ def _comet(args, hyp, ref) -> dict | None:
     if not args.src:
         print("COMET skipped: it needs the source documents (--src)")
         return None
-    src = read_sentences(args.src)
+    src = read_sentences(args.src, source=True)
     if len(src) != len(ref):
         raise DocnmtError(f"{args.src} has {len(src)} documents, {args.ref} has {len(ref)}")
     srcs, hyps, refs, kept = aligned_sentences(src, hyp, ref)
@@ -491,6 +766,11 @@ def cmd_score_contrastive(args) -> int:
     refuse_inputs((args.scores, args.json, args.plot),
                   [args.suite, args.against, *model_files(args.model, args.checkpoint)])
     refuse_overwrite((args.scores, args.json, args.plot), args.force)
+    refuse_unwritable((args.scores, args.json, args.plot))
+    if args.batch_tokens is not None and args.batch_tokens < 1:
+        raise DocnmtError(f"--batch-tokens must be at least 1, not {args.batch_tokens}")
+    if args.max_context is not None and args.max_context < 0:
+        raise DocnmtError(f"--max-context must be at least 0, not {args.max_context}")
     examples = read_suite(args.suite, args.format, split=args.split, detokenize=not args.no_detokenize,
                           lang=tuple(args.langs) if args.langs else None)
     if not examples:
@@ -523,6 +803,7 @@ def cmd_entropy(args) -> int:
     from .scoring import attention_entropy
     from .translate import Translator
     refuse_inputs([args.json], [args.src, args.ref, *model_files(args.model, args.checkpoint)])
+    refuse_unwritable([args.json])
     docs = read_documents(args.src, args.ref, fmt=args.format)
     translator = Translator.load(args.model, args.checkpoint, args.device)
     res = attention_entropy(translator, docs, progress=not args.quiet)
@@ -573,6 +854,9 @@ def cmd_average(args) -> int:
     ckpts = list_checkpoints(Path(args.model))[-args.last:]
     if not ckpts:
         raise DocnmtError(f"{args.model}: no checkpoints to average")
+    if len(ckpts) < args.last:
+        print(f"WARNING: --last {args.last} asked for, but {args.model} has only {len(ckpts)} checkpoint"
+              f"{'s' * (len(ckpts) != 1)}: averaging those", file=sys.stderr)
     out = Path(args.output or Path(args.model) / "averaged.safetensors")
     refuse_overwrite(out, args.force)
     average_checkpoints(ckpts, out)
@@ -582,21 +866,59 @@ def cmd_average(args) -> int:
 
 def cmd_quickstart(args) -> int:
     from .quickstart import run
-    return run(Path(args.workdir), args.minutes, args.force)
+    return run(Path(args.workdir), args.minutes, args.force, args.updates)
 
 
 def cmd_presets(args) -> int:
-    from .config import PRESET_DIR, preset_names
-    for name in preset_names():
-        first = (PRESET_DIR / f"{name}.yaml").read_text().splitlines()[0].lstrip("# ")
-        print(f"{name:20s} {first}")
+    import shutil
+    import textwrap
+
+    from .config import preset_description, preset_names
+    names = preset_names()
+    width = max(map(len, names)) + 2
+    text_width = max(40, shutil.get_terminal_size((110, 24)).columns - width)
+    for name in names:
+        lines = textwrap.wrap(preset_description(name), text_width, break_on_hyphens=False,
+                              break_long_words=False) or [""]
+        print(f"{name:<{width}}{lines[0]}")
+        for line in lines[1:]:
+            print(" " * width + line)
     return 0
 
 
-VERBS = {"prepare": cmd_prepare, "train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate,
+def cmd_serve(args) -> int:
+    try:
+        from .serve import Settings, serve
+    except ImportError as e:
+        raise DocnmtError(f"docnmt serve needs the serve extra ({e.name} is missing): "
+                          "pip install 'docnmt[serve]'") from None
+    settings = Settings(max_sentences=args.max_sentences, max_chars=args.max_chars, max_tokens=args.max_tokens,
+                        max_upload_bytes=int(args.max_upload_mb * 2**20), max_beam=args.max_beam,
+                        timeout=args.timeout, queue=args.queue, batch_wait=args.batch_wait_ms / 1000,
+                        batch_tokens=args.batch_tokens, workers=args.workers, api_key=args.api_key)
+    serve(args.models, args.host, args.port, settings, args.device, args.threads, args.log_level,
+          announce=lambda m: print(m, file=sys.stderr, flush=True))
+    return 0
+
+
+def cmd_import_hf(args) -> int:
+    from .hf import import_hf
+    import_hf(args.hf_dir, args.save_dir, args.src_lang, args.tgt_lang, args.force,
+              log=lambda m: print(m, file=sys.stderr))
+    return 0
+
+
+def cmd_export_hf(args) -> int:
+    from .hf import export_hf
+    export_hf(args.model, args.out, args.checkpoint, args.force, log=lambda m: print(m, file=sys.stderr))
+    return 0
+
+
+VERBS = {"prepare": cmd_prepare, "train": cmd_train, "translate": cmd_translate, "score": cmd_score,
+         "evaluate": cmd_evaluate,
          "average": cmd_average, "quickstart": cmd_quickstart, "presets": cmd_presets, "probe": cmd_probe,
          "score-contrastive": cmd_score_contrastive, "entropy": cmd_entropy, "fba-map": cmd_fba_map,
-         "compare": cmd_compare}
+         "compare": cmd_compare, "serve": cmd_serve, "import-hf": cmd_import_hf, "export-hf": cmd_export_hf}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,9 @@ class Config:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @classmethod
-    def from_dict(cls, raw: dict, origin: str = "config") -> "Config":
+    def from_dict(cls, raw: dict, origin: str = "config", labels: dict[str, str] | None = None) -> "Config":
+        """``labels`` name settings as the user gave them (``{"decode.max_sentences": "--batch-size"}``):
+        an invalid value is reported under that name instead of ``origin: section.key``."""
         raw = dict(raw or {})
         base = {}
         if "preset" in raw:
@@ -118,11 +121,18 @@ class Config:
         for section, klass in klasses.items():
             values = merged.get(section) or {}
             _check_keys(values, _fields(klass), f"{origin}: {section}" + (f" ({name})" if section == "method" else ""))
+            coerced = {}
+            for k, v in values.items():
+                try:
+                    coerced[k] = _coerce(klass, k, v)
+                except (TypeError, ValueError) as e:
+                    label = (labels or {}).get(f"{section}.{k}")
+                    raise ConfigError(f"{label} {e}" if label else f"{origin}: {section}: {k} {e}") from None
             try:
-                sections[section] = klass(**{k: _coerce(klass, k, v) for k, v in values.items()})
+                sections[section] = klass(**coerced)
             except (TypeError, ValueError, ConfigError) as e:
                 raise ConfigError(f"{origin}: {section}: {e}") from None
-        _check_limits(sections, origin)
+        _check_limits(sections, origin, labels or {})
         cfg = cls(**sections, method_name=name)
         try:
             methods.joiner_class(cfg.data.separator)
@@ -141,14 +151,17 @@ class Config:
             raise ConfigError(f"{path}: not valid YAML: {e}") from None
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: cannot read config: {e}") from None
-        if raw is not None and not isinstance(raw, dict):
+        if raw is None:
+            raise ConfigError(f"{path}: empty config file (a config names a preset or sets at least one section)")
+        if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a config must be a mapping of sections")
         return cls.from_dict(raw, str(path))
 
-    def override(self, dotted: dict[str, Any]) -> "Config":
+    def override(self, dotted: dict[str, Any], labels: dict[str, str] | None = None) -> "Config":
         """A copy with ``{"train.lr": 1e-3, ...}`` applied (CLI flags and ``--set``). Naming
         another method (``method.name``) starts its ``method:`` section from that method's
-        defaults."""
+        defaults. ``labels``: the flags the values came from, for error messages (see
+        :meth:`from_dict`)."""
         d = self.to_dict()
         new_name = dotted.get("method.name", dotted.get("model.method"))
         if new_name is not None and str(new_name) != self.method_name:
@@ -156,7 +169,7 @@ class Config:
         for key, value in dotted.items():
             section, _, name = key.partition(".")
             d.setdefault(section, {})[name] = value
-        return Config.from_dict(d, "command line")
+        return Config.from_dict(d, "command line", labels)
 
 
 def _fields(klass) -> dict:
@@ -200,37 +213,71 @@ def _one_of(values: tuple) -> tuple:
 _AT_LEAST_0 = (lambda v: v >= 0, "at least 0")
 _AT_LEAST_1 = (lambda v: v >= 1, "at least 1")
 _PROBABILITY = (lambda v: 0 <= v < 1, "in [0, 1)")
-# values outside these ranges are ConfigErrors (instead of a crash or a silently empty result)
+_FINITE = (lambda v: math.isfinite(v), "a finite number")
+_FINITE_AT_LEAST_0 = (lambda v: math.isfinite(v) and v >= 0, "a finite number, at least 0")
+_FINITE_ABOVE_0 = (lambda v: math.isfinite(v) and v > 0, "a finite number above 0")
+MAX_SEED = 2**63 - 1
+# values outside these ranges are ConfigErrors (instead of a crash, a run that trains to NaN weights
+# or a silently empty result)
 LIMITS = {
     "model": {"dropout": _PROBABILITY, "attention_dropout": _PROBABILITY, "activation_dropout": _PROBABILITY,
-              "d_model": _AT_LEAST_1, "heads": _AT_LEAST_1, "ffn_dim": _AT_LEAST_1, "max_positions": _AT_LEAST_1},
+              "d_model": _AT_LEAST_1, "heads": _AT_LEAST_1, "ffn_dim": _AT_LEAST_1, "max_positions": _AT_LEAST_1,
+              "encoder_layers": _AT_LEAST_0, "decoder_layers": _AT_LEAST_1},
     "data": {"context": _AT_LEAST_0, "min_train_doc_sents": _AT_LEAST_0, "max_train_sent_tokens": _AT_LEAST_0,
-             "dls_epoch_offset": _AT_LEAST_0},
-    "train": {"max_tokens": _AT_LEAST_1, "update_freq": _AT_LEAST_1, "lr": (lambda v: v > 0, "above 0"),
-              "label_smoothing": _PROBABILITY, "word_dropout": _PROBABILITY, "keep_last": _AT_LEAST_1,
-              "log_interval": _AT_LEAST_1, "pretrained_lr_scale": _AT_LEAST_0,
+             "dls_epoch_offset": _AT_LEAST_0, "max_instance_tokens": _AT_LEAST_0},
+    "train": {"max_tokens": _AT_LEAST_1, "update_freq": _AT_LEAST_1, "lr": _FINITE_ABOVE_0,
+              "warmup_updates": _AT_LEAST_0, "adam_eps": _FINITE_ABOVE_0, "weight_decay": _FINITE_AT_LEAST_0,
+              "label_smoothing": _PROBABILITY, "clip_norm": _FINITE_AT_LEAST_0, "word_dropout": _PROBABILITY,
+              "word_dropout_epochs": _AT_LEAST_0, "max_update": _AT_LEAST_0, "max_epoch": _AT_LEAST_0,
+              "max_minutes": _FINITE_AT_LEAST_0, "validate_interval_updates": _AT_LEAST_0,
+              "save_interval_updates": _AT_LEAST_0, "keep_last": _AT_LEAST_1, "log_interval": _AT_LEAST_1,
+              "pretrained_lr_scale": _FINITE_AT_LEAST_0, "threads": _AT_LEAST_0,
+              "seed": (lambda v: 0 <= v <= MAX_SEED, f"in [0, {MAX_SEED}]"),
+              "adam_betas": (lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "two numbers in [0, 1)"),
               "precision": _one_of(TRAIN_PRECISIONS)},
     "decode": {"beam": _AT_LEAST_1, "nbest": _AT_LEAST_1, "max_tokens": _AT_LEAST_1, "max_sentences": _AT_LEAST_1,
-               "max_len_a": _AT_LEAST_0, "min_len": _AT_LEAST_0, "no_repeat_ngram_size": _AT_LEAST_0,
-               "lenpen_style": _one_of(LENPEN_STYLES),
-               "sliding_window": (lambda v: v > 0, "above 0"),
-               "precision": _one_of(DECODE_PRECISIONS)},
+               "lenpen": _FINITE, "max_len_a": _FINITE_AT_LEAST_0, "max_len_b": _AT_LEAST_0, "min_len": _AT_LEAST_0,
+               "no_repeat_ngram_size": _AT_LEAST_0, "lenpen_style": _one_of(LENPEN_STYLES),
+               "sliding_window": _FINITE_ABOVE_0, "precision": _one_of(DECODE_PRECISIONS)},
 }
 
 
-def _check_limits(sections: dict, origin: str) -> None:
-    for name, limits in LIMITS.items():
+def _check_limits(sections: dict, origin: str, labels: dict[str, str] | None = None) -> None:
+    """Every value of :data:`LIMITS` in range, and the settings that depend on each other
+    consistent. An error names the setting by its label (the flag typed) where ``labels`` has one."""
+    labels = labels or {}
+
+    def name(key: str) -> str:
+        return labels.get(key, key)
+
+    def fail(key: str, text: str) -> None:
+        raise ConfigError(f"{labels[key]} {text}" if key in labels else f"{origin}: {key} {text}")
+
+    for section, limits in LIMITS.items():
         for key, (ok, allowed) in limits.items():
-            value = getattr(sections[name], key)
+            value = getattr(sections[section], key)
             if not ok(value):
-                raise ConfigError(f"{origin}: {name}.{key} must be {allowed}, not {value!r}")
-    decode = sections["decode"]
+                shown = list(value) if isinstance(value, tuple) else value
+                fail(f"{section}.{key}", f"must be {allowed}, not {shown!r}")
+    decode, model = sections["decode"], sections["model"]
     if decode.nbest > decode.beam:
-        raise ConfigError(f"{origin}: decode.nbest ({decode.nbest}) cannot exceed decode.beam ({decode.beam})")
+        fail("decode.nbest", f"({decode.nbest}) cannot exceed {name('decode.beam')} ({decode.beam})")
+    if model.d_model % model.heads:
+        fail("model.heads", f"({model.heads}) must divide {name('model.d_model')} ({model.d_model})")
 
 
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def preset_description(name: str) -> str:
+    """The comment block a preset file starts with, as one paragraph."""
+    lines = []
+    for line in (PRESET_DIR / f"{name}.yaml").read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("#").strip())
+    return " ".join(w for w in lines if w)
 
 
 def load_preset_dict(name: str, _seen: tuple = ()) -> dict:
@@ -274,26 +321,35 @@ def _check_keys(values: dict, known, where: str) -> None:
 
 
 def _coerce(klass, key: str, value):
-    """YAML and the command line give strings and lists; make them the field's type."""
+    """YAML and the command line give strings and lists; make them the field's type. A
+    ValueError's text follows the key's name (``lr`` + ``must be a number, not 'x'``)."""
     default = next(f for f in dataclasses.fields(klass) if f.name == key).default
     if isinstance(default, bool):
         if isinstance(value, str):
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(f"{key} must be true or false, not {value!r}")
+                raise ValueError(f"must be true or false, not {value!r}")
             return value.lower() in ("true", "1", "yes")
         return bool(value)
     if isinstance(default, tuple):
-        return tuple(float(x) for x in (value.split(",") if isinstance(value, str) else value))
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)):
+            raise ValueError(f"must be a list of numbers, not {value!r}")
+        try:
+            return tuple(float(x) for x in items)
+        except (TypeError, ValueError):
+            raise ValueError(f"must be a list of numbers, not {value!r}") from None
     if isinstance(default, str):
         return "" if value is None else str(value)
-    if isinstance(default, (int, float)) and not isinstance(value, type(default)):
+    if isinstance(default, (int, float)) and (isinstance(value, bool) or not isinstance(value, type(default))):
+        if isinstance(value, bool):
+            raise ValueError(f"must be a number, not {value!r}")
         try:
             number = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{key} must be a number, not {value!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"must be a number, not {value!r}") from None
         if isinstance(default, int):
             if not number.is_integer():
-                raise ValueError(f"{key} must be a whole number, not {value!r}")
+                raise ValueError(f"must be a whole number, not {value!r}")
             return int(number)
         return number
     return value

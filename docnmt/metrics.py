@@ -148,7 +148,12 @@ def paired_bootstrap(hyp_a_docs: Docs, hyp_b_docs: Docs, ref_docs: Docs, level: 
     """Paired bootstrap resampling (Koehn 2004) of system B against system A over documents
     (``level="d"``) or sentence pairs (``level="s"``; documents whose sentence counts differ in
     A, B or the reference are left out). Per-unit sufficient statistics come from SacreBLEU and
-    each resample's score from SacreBLEU's ``_compute_score_from_stats``.
+    each resample's score from SacreBLEU's ``_compute_score_from_stats``. These two methods are not
+    SacreBLEU's public API (its public ``PairedTest`` reports per-system intervals, not the
+    difference's, and would score every resample from text): the SacreBLEU versions this is tested
+    with are pinned in pyproject.toml, and ``tests/test_metrics.py::test_bootstrap`` checks that the
+    full-sample scores equal the public ``corpus_bleu`` / ``corpus_chrf``, so a change inside
+    SacreBLEU fails a test instead of changing a p-value.
 
     ``p_value`` is the one-sided probability that the better-scoring system is not better:
     ``(1 + #resamples where the sign of B-A is not that of the observed delta) / (1 + n)``

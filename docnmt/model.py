@@ -23,8 +23,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import AttnSpec, KVCache, MultiheadAttention
+from .attention import AttnSpec, KVCache, MultiheadAttention, RelativeLogits
+from .errors import ConfigError
 from .ops import Dropout, Linear, linear, projected_label_smoothed_ce
+
+# the feed-forward activations (``model.activation``; Hugging Face's names: gelu_new = gelu_tanh, swish = silu)
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu}
+# the position tables (``model.positions``), see :func:`position_table`
+POSITIONS = ("sinusoidal", "sinusoidal_halves", "sinusoidal_fairseq", "learned")
 
 
 @dataclass
@@ -47,6 +54,33 @@ class ModelConfig:
     max_positions: int = 1024
     # length-aware attention (docs/methods/length_bias.md): logits × max(log n, 0.1) / log n̄, on any model
     length_aware: bool = False
+    # ALiBi (docs/methods/length_bias.md#alibi): no position vectors; self-attention logits − m_h·|i − j| instead
+    alibi: bool = False
+    # The architecture options of pretrained models (docs/pretrained.md#the-architecture-options); the
+    # defaults are docnmt's own Transformer. Layer norm position: ``pre_norm`` (pre-LN models end the
+    # encoder and the decoder with a LayerNorm).
+    activation: str = "relu"           # feed-forward activation: relu | gelu | gelu_tanh | silu
+    positions: str = "sinusoidal"      # sinusoidal | sinusoidal_halves | sinusoidal_fairseq | learned
+    position_offset: int = 0           # row of the position table that position 0 reads (2 in mBART, M2M-100)
+    scale_embeddings: bool = True      # token embeddings × sqrt(d_model)
+    embed_norm: bool = False           # a LayerNorm after token embeddings + positions
+    output_bias: bool = False          # a fixed logit bias per token (Hugging Face's final_logits_bias)
+    tie_output: bool = True            # output projection = the decoder's embedding matrix (else its own)
+    src_lang_token: int = -1           # a token put before every source (a language code); -1: none
+    src_lang_last: bool = False        # ... after the source's last token instead (mBART-25)
+    tgt_lang_token: int = -1           # a token fed after the decoder's start token (a forced language code)
+    output_tokens: int = 0             # the output layer predicts ids below this only (an imported model's
+                                       # own tokens, not the symbols docnmt added); 0: every id
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"unknown activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        if self.positions not in POSITIONS:
+            raise ConfigError(f"unknown positions {self.positions!r}; choose one of {', '.join(POSITIONS)}")
+        if self.position_offset < 0:
+            raise ConfigError(f"position_offset must be at least 0, not {self.position_offset}")
+        if self.output_tokens < 0:
+            raise ConfigError(f"output_tokens must be at least 0, not {self.output_tokens}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -113,9 +147,10 @@ class FeedForwardSublayer(Sublayer):
         self.fc1 = Linear(cfg.d_model, cfg.ffn_dim)
         self.fc2 = Linear(cfg.ffn_dim, cfg.d_model)
         self.act_dropout = Dropout(cfg.activation_dropout)
+        self.act = ACTIVATIONS[cfg.activation]
 
     def transform(self, x: Tensor, state: State) -> Tensor:
-        return self.fc2(self.act_dropout(F.relu(self.fc1(x))))
+        return self.fc2(self.act_dropout(self.act(self.fc1(x))))
 
 
 class Layer(nn.Module):
@@ -177,6 +212,104 @@ class SinusoidalPositions(nn.Module):
         return self.pe[offset: offset + n]
 
 
+def position_table(kind: str, n: int, d: int, device=None) -> Tensor:
+    """Rows 0 … n−1 of the sinusoidal tables of pretrained models (docs/pretrained.md#positions):
+    ``sinusoidal_halves`` (Marian) holds sin(p·ω_i) in the first half and cos(p·ω_i) in the second,
+    ω_i = 10000^(−2i/d), i.e. :func:`sinusoidal_table` with its columns regrouped;
+    ``sinusoidal_fairseq`` (fairseq, M2M-100, NLLB) the same halves with ω_i = 10000^(−i/(d/2−1)),
+    computed in fp32 as fairseq does. Row p is position p − ``position_offset`` of the model."""
+    if kind == "sinusoidal":
+        return sinusoidal_table(n, d, device)
+    if kind == "sinusoidal_halves":
+        pos = torch.arange(n, dtype=torch.float64, device=device)[:, None]
+        angle = pos * torch.pow(10000.0, -torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)
+        return torch.cat([angle.sin(), angle.cos()], 1).float()
+    if kind == "sinusoidal_fairseq":
+        half = d // 2
+        freq = torch.exp(torch.arange(half, device=device).float() * -(math.log(10000) / (half - 1)))
+        angle = torch.arange(n, device=device).float()[:, None] * freq[None]
+        table = torch.cat([angle.sin(), angle.cos()], 1)
+        return torch.cat([table, table.new_zeros(n, d - 2 * half)], 1)
+    raise ValueError(f"no sinusoidal table {kind!r}")
+
+
+class TablePositions(nn.Module):
+    """Position vectors from a table of pretrained models: a sinusoidal one of
+    :func:`position_table` (grown on demand) or a learned one (``positions: learned``, the
+    parameter ``weight`` of ``max_positions + position_offset`` rows; later positions read the
+    last row). Position p reads row p + ``position_offset``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.kind, self.offset, rows = cfg.positions, cfg.position_offset, cfg.max_positions + cfg.position_offset
+        if self.kind == "learned":
+            self.weight = nn.Parameter(torch.empty(rows, cfg.d_model).normal_(0.0, cfg.d_model ** -0.5))
+        else:
+            self.register_buffer("pe", position_table(self.kind, rows, cfg.d_model), persistent=False)
+
+    def forward(self, n: int, offset: int = 0) -> Tensor:
+        first = offset + self.offset
+        if self.kind == "learned":
+            rows = torch.arange(first, first + n, device=self.weight.device).clamp(max=self.weight.size(0) - 1)
+            return self.weight[rows]
+        if first + n > self.pe.size(0):
+            self.pe = position_table(self.kind, 2 * (first + n), self.pe.size(1), self.pe.device)
+        return self.pe[first: first + n]
+
+
+class NoPositions(nn.Module):
+    """The position vectors of an ALiBi model (``alibi``): zeros; positions enter attention as
+    :class:`LinearBiases` instead."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.register_buffer("zero", torch.zeros(1, cfg.d_model), persistent=False)
+
+    def forward(self, n: int, offset: int = 0) -> Tensor:
+        return self.zero.expand(n, -1)
+
+
+def alibi_slopes(heads: int) -> Tensor:
+    """ALiBi's head slopes (Press et al., 2022): m_h = 2^(−8h/H), h = 1 … H, for H a power of 2;
+    otherwise those of the power of 2 below H, then every other slope of twice that power."""
+    p = 2 ** math.floor(math.log2(heads))
+    geometric = lambda n: [2 ** (-8 * (h + 1) / n) for h in range(n)]  # noqa: E731
+    return torch.tensor(geometric(p) + geometric(2 * p)[0::2][: heads - p])
+
+
+class LinearBiases(nn.Module):
+    """ALiBi (``model.alibi``): adds −m_h·|i − j| to the logits of every self-attention kind
+    (``enc_self*``, ``dec_self*``; the decoder's causal mask hides j > i), through each spec's
+    ``bias``; cross-attention and a method's other attentions get none. Query i is at position
+    ``offset + i`` (incremental decoding), keys at 0 … n_keys − 1."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(cfg.heads), persistent=False)
+
+    def bias(self, n_q: int, n_keys: int, offset: int = 0) -> Tensor:
+        q = torch.arange(offset, offset + n_q, device=self.slopes.device)
+        dist = (q[:, None] - torch.arange(n_keys, device=self.slopes.device)[None, :]).abs()
+        return -self.slopes[None, :, None, None] * dist                                  # (1, h, nq, nk)
+
+    def add(self, specs: dict[str, AttnSpec], side: str, n_q: int, n_keys: int, offset: int = 0) -> None:
+        extra = self.bias(n_q, n_keys, offset)
+        for kind, spec in specs.items():
+            if kind.startswith(f"{side}_self"):
+                spec.bias = _plus(spec.bias, extra)
+
+
+def _plus(bias, extra: Tensor):
+    """A spec's ``bias`` (None, a tensor, :class:`RelativeLogits`, or a callable giving one) plus
+    the tensor ``extra``: a relative term becomes dense (the block-wise relative kernel takes no
+    second bias)."""
+    if bias is None:
+        return extra
+    if callable(bias):
+        return lambda q, name: _plus(bias(q, name), extra)
+    return (bias.dense() if isinstance(bias, RelativeLogits) else bias) + extra
+
+
 class AttentionPolicy(nn.Module):
     """Builds the :class:`AttnSpec` of every attention kind from the token batches.
 
@@ -207,16 +340,23 @@ class AttentionPolicy(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 class Embedding(nn.Module):
-    """sqrt(d)·E[x] + P[pos], then dropout (docs/methods/baselines.md#the-shared-transformer)."""
+    """sqrt(d)·E[x] + P[pos], then dropout (docs/methods/baselines.md#the-shared-transformer).
+    Pretrained models may leave out the sqrt(d) scale, use another position table and add a
+    LayerNorm before the dropout (``scale_embeddings``, ``positions``, ``embed_norm``)."""
 
     def __init__(self, table: nn.Embedding, cfg: ModelConfig):
         super().__init__()
-        self.table, self.scale = table, math.sqrt(cfg.d_model)
+        self.table, self.scale = table, math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         self.dropout = Dropout(cfg.dropout)
-        self.positions = SinusoidalPositions(cfg)
+        plain = cfg.positions == "sinusoidal" and cfg.position_offset == 0
+        self.positions = NoPositions(cfg) if cfg.alibi else SinusoidalPositions(cfg) if plain else TablePositions(cfg)
+        if cfg.embed_norm:
+            self.norm = nn.LayerNorm(cfg.d_model)
 
     def forward(self, tokens: Tensor, offset: int = 0, dropout: bool = True) -> Tensor:
         x = self.table(tokens) * self.scale + self.positions(tokens.size(1), offset).to(self.table.weight.dtype)
+        if hasattr(self, "norm"):
+            x = self.norm(x)
         return self.dropout(x) if dropout else x
 
 
@@ -287,6 +427,11 @@ class Transformer(nn.Module):
         self.policy = policy or AttentionPolicy(cfg)
         # a module that adjusts every spec (length-aware attention, docnmt.methods.length_bias), or None
         self.length_scale: nn.Module | None = None
+        self.alibi = LinearBiases(cfg) if cfg.alibi else None
+        if not cfg.tie_output:
+            self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.output_bias:
+            self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -312,12 +457,27 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, **inputs: Tensor) -> EncoderOut:
         """Encode ``src``; ``inputs`` are a method's other batch tensors (``ctx``), which
         :meth:`encode_extra` turns into ``EncoderOut.extra`` for the encoder and decoder layers."""
+        src = self.with_source_language(src)
         pad = src.eq(self.cfg.pad_id)
         specs = self.policy.encoder_specs(src, pad)
+        if self.alibi is not None:
+            self.alibi.add(specs, "enc", src.size(1), src.size(1))
         if self.length_scale is not None:
             self.length_scale.encoder(specs, pad)
         extra = self.encode_extra(**inputs)
         return EncoderOut(src, pad, self.encoder(self.embed_source(src, extra), State(specs, extra=extra)), extra)
+
+    def with_source_language(self, src: Tensor) -> Tensor:
+        """``src`` with ``src_lang_token`` before each row, or after its last token
+        (``src_lang_last``); unchanged without one. The encoder output has this new position."""
+        lang = self.cfg.src_lang_token
+        if lang < 0:
+            return src
+        if not self.cfg.src_lang_last:
+            return torch.cat([src.new_full((src.size(0), 1), lang), src], 1)
+        out = torch.nn.functional.pad(src, (0, 1), value=self.cfg.pad_id)
+        out[torch.arange(src.size(0), device=src.device), src.ne(self.cfg.pad_id).sum(1)] = lang
+        return out
 
     def encode_extra(self, **inputs: Tensor) -> dict:
         """Method hook: tensors every layer can read from ``State.extra`` (none here)."""
@@ -337,17 +497,40 @@ class Transformer(nn.Module):
         (incremental decoding) only the tokens not yet cached are fed, and only their states
         are returned; the policy still sees the whole prefix (e.g. to recompute sentence tags)."""
         offset = cache.get("_len", 0) if cache is not None else 0
+        lang = self.cfg.tgt_lang_token
+        if lang >= 0:     # the forced language code after the start token: one more position
+            tgt_in = torch.cat([tgt_in[:, :1], tgt_in.new_full((tgt_in.size(0), 1), lang), tgt_in[:, 1:]], 1)
         specs = self.policy.decoder_specs(tgt_in, enc.src, enc.pad, offset, cache is not None)
+        if self.alibi is not None:
+            self.alibi.add(specs, "dec", tgt_in.size(1) - offset, tgt_in.size(1), offset)
         if self.length_scale is not None:
             self.length_scale.decoder(specs, tgt_in, enc.pad, offset, self.cfg.pad_id)
         state = State(specs, memory=enc.memory, cache=cache, extra=enc.extra, beams=enc.beams)
         out = self.decoder(self.embed_target(tgt_in, offset, enc), state)
         if cache is not None:
             cache["_len"] = tgt_in.size(1)
+        if lang >= 0 and offset == 0:   # the start token's state predicts the language code: not returned
+            out = out[:, 1:]
         return out
 
+    def output_weight(self) -> Tensor:
+        """The (V, d) output projection: the decoder's embeddings, or its own matrix (``tie_output``);
+        only its first ``output_tokens`` rows when that is set."""
+        weight = self.decoder.embed.table.weight if self.cfg.tie_output else self.output.weight
+        return weight[: self.cfg.output_tokens] if self.cfg.output_tokens else weight
+
+    def output_bias(self) -> Tensor | None:
+        if not self.cfg.output_bias:
+            return None
+        return self.final_logits_bias[: self.cfg.output_tokens] if self.cfg.output_tokens else self.final_logits_bias
+
     def output_projection(self, hidden: Tensor) -> Tensor:
-        return linear(hidden, self.decoder.embed.table.weight)
+        bias = self.output_bias()
+        logits = linear(hidden, self.output_weight(), None if bias is None else bias.to(hidden.dtype))
+        if self.cfg.output_tokens:      # the ids the output layer does not predict: -inf
+            rest = self.cfg.vocab_size - self.cfg.output_tokens
+            logits = torch.cat([logits, logits.new_full((*logits.shape[:-1], rest), float("-inf"))], -1)
+        return logits
 
     def forward(self, src: Tensor, tgt_in: Tensor, labels: Tensor | None = None, label_smoothing: float = 0.0,
                 **inputs: Tensor):
@@ -358,8 +541,11 @@ class Transformer(nn.Module):
         if labels is None:
             return self.output_projection(hidden)
         select = labels.ne(self.cfg.pad_id)
-        loss, nll = projected_label_smoothed_ce(hidden[select], self.decoder.embed.table.weight, labels[select],
-                                                label_smoothing)
+        hidden, weight, bias = hidden[select], self.output_weight(), self.output_bias()
+        if bias is not None:      # the fixed bias as one more input dimension of value 1
+            hidden = torch.cat([hidden, hidden.new_ones(hidden.size(0), 1)], 1)
+            weight = torch.cat([weight, bias[:, None].to(weight.dtype)], 1)
+        loss, nll = projected_label_smoothed_ce(hidden, weight, labels[select], label_smoothing)
         return loss, nll, int(select.sum())
 
     @staticmethod

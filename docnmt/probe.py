@@ -10,7 +10,10 @@ a third:
 * **word order**: h_i − h_j -> whether i < j, same pairs, per distance.
 
 The inputs are what the model reads at translation time (sentences for Sent2Sent, ≤512-token
-instances for Doc2Doc), or sub-documents of at most I tokens for the input-length study.
+instances for Doc2Doc), or sub-documents of at most I tokens for the input-length study, in one
+of two setups that the outputs name: one model probed at every length I (``input_lengths``), or
+the paper's, one model trained per length I (``own_length``: each model is probed on inputs of at
+most its own training budget, ``data.max_instance_tokens``).
 Choices where the paper is silent (docs/methods/discourse.md#probe-settings): Adam lr 1e-3,
 batch 64, at most 50 epochs, early stopping on validation accuracy with patience 5; pairs: for
 every position i one partner j drawn uniformly within ±K (j ≠ i) inside its sequence, from an
@@ -26,14 +29,20 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .config import Config
 from .data import Corpus, InstanceSet, build_instances, model_inputs
 from .document import Document
+from .errors import DocnmtError
 from .translate import Translator
 
 ABS_CLASSES = 512
 REL_RANGE = 20
 OUTPUTS = ("probe.json", "probe.md", "probe_layers.png", "probe_relative_distance.png",   # what run() writes
            "probe_word_order_distance.png", "probe_input_length.png")
+# what the two input-length setups are, in the outputs (the table's captions, probe.json, the plot)
+ONE_MODEL = ("one model probed at every length (the model was trained on its own inputs only; "
+             "the paper trains one model per length: --own-length)")
+PER_LENGTH = "one model per length, each probed on inputs of at most the length it was trained on"
 
 
 @dataclass
@@ -137,9 +146,12 @@ N_CLASSES = {"absolute": ABS_CLASSES, "relative": 2 * REL_RANGE, "word_order": 2
 
 
 def train_probe(train: tuple, valid: tuple, n_classes: int, s: ProbeSettings) -> nn.Linear:
-    """A linear probe, Adam, early stopping on validation accuracy; returns the best one."""
+    """A linear probe, Adam, early stopping on validation accuracy; returns the best one. Its
+    initial weights come from ``s.seed`` too, so the same data always gives the same probe."""
     gen = torch.Generator().manual_seed(s.seed)
-    probe = nn.Linear(train[0].size(1), n_classes)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(s.seed)
+        probe = nn.Linear(train[0].size(1), n_classes)
     opt = torch.optim.Adam(probe.parameters(), lr=s.lr)
     best, best_state, bad = -1.0, None, 0
     for _ in range(s.max_epochs):
@@ -195,9 +207,12 @@ def probe_model(tr: Translator, splits: dict[str, list[Document]], s: ProbeSetti
     return results
 
 
-def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[int, float]] | None = None) -> list[Path]:
+def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[int, float]] | None = None,
+         own: list[dict] | None = None) -> list[Path]:
     """The paper's figures as PNGs: accuracy per layer (Figure 1), per relative distance on the
-    top layer (Figures 2-3), and absolute accuracy vs input length (Figure 6)."""
+    top layer (Figures 2-3), and absolute accuracy vs input length (Figure 6): dashed, each model
+    probed at every length (``lengths``); solid, one model per length (``own``, rows of
+    ``{"model", "length", "accuracy"}``)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -239,10 +254,19 @@ def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[in
         paths.append(out_dir / f"probe_{task}_distance.png")
         fig.savefig(paths[-1], dpi=100)
         plt.close(fig)
-    if lengths:
+    if lengths or own:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name, by_len in lengths.items():
-            ax.plot(list(by_len), list(by_len.values()), "o-", color=color[name], label=name)
+        for name, by_len in (lengths or {}).items():
+            ax.plot(list(by_len), list(by_len.values()), "o--", color=color[name], label=f"{name} (one model)")
+        if own:
+            rows = sorted(own, key=lambda r: r["length"])
+            ax.plot([r["length"] for r in rows], [r["accuracy"] for r in rows], "s-", color="black",
+                    label="one model per length")
+            for r in rows:
+                ax.annotate(r["model"], (r["length"], r["accuracy"]), fontsize=6, xytext=(3, 3),
+                            textcoords="offset points")
+        titles = [f"dashed: {ONE_MODEL.split(' (')[0]}"] * bool(lengths) + [f"solid: {PER_LENGTH}"] * bool(own)
+        ax.set_title("\n".join(titles), fontsize=8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("input length (tokens)")
         ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
@@ -256,9 +280,11 @@ def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[in
     return paths
 
 
-def table(results: dict[str, dict], by_length: dict[str, dict[int, float]] | None = None) -> str:
+def table(results: dict[str, dict], by_length: dict[str, dict[int, float]] | None = None,
+          own: list[dict] | None = None) -> str:
     """A Markdown table: per model, each task's test accuracy on encoder layers 1, 2, … (the
-    absolute task with its ±3 accuracy in brackets), and the input-length study if run."""
+    absolute task with its ±3 accuracy in brackets), and the input-length study if run, each
+    setup with a caption that says which it is (:data:`ONE_MODEL`, :data:`PER_LENGTH`)."""
     cell = {"absolute": lambda r: f"{r['accuracy']:.3f} ({r['accuracy_pm3']:.3f})",
             "relative": lambda r: f"{r['accuracy']:.3f}", "word_order": lambda r: f"{r['accuracy']:.3f}"}
     lines = ["| model | absolute (±3), layer 1 / 2 / … | relative | word order |", "|---|---|---|---|"]
@@ -266,19 +292,45 @@ def table(results: dict[str, dict], by_length: dict[str, dict[int, float]] | Non
         lines.append(f"| {name} | " + " | ".join(" / ".join(cell[t](r) for r in res.get(t, [])) for t in cell) + " |")
     if by_length:
         ns = sorted({n for v in by_length.values() for n in v})
-        lines += ["", "| model | " + " | ".join(f"≤{n} tokens" for n in ns) + " |", "|---|" + "---|" * len(ns)]
+        lines += ["", f"Top-layer absolute accuracy by input length, {ONE_MODEL}:", "",
+                  "| model | " + " | ".join(f"≤{n} tokens" for n in ns) + " |", "|---|" + "---|" * len(ns)]
         lines += [f"| {name} | " + " | ".join(f"{v[n]:.3f}" if n in v else "–" for n in ns) + " |"
                   for name, v in by_length.items()]
+    if own:
+        rows = sorted(own, key=lambda r: r["length"])
+        lines += ["", f"Top-layer absolute accuracy by input length, {PER_LENGTH}:", "",
+                  "| input length | " + " | ".join(f"≤{r['length']} tokens" for r in rows) + " |",
+                  "|---|" + "---|" * len(rows),
+                  "| model | " + " | ".join(r["model"] for r in rows) + " |",
+                  "| accuracy | " + " | ".join(f"{r['accuracy']:.3f}" for r in rows) + " |"]
     return "\n".join(lines) + "\n"
 
 
+def training_length(model_dir: str | Path) -> int:
+    """The input length a model was trained on, for the one-model-per-length setup: its Doc2Doc
+    instance budget in tokens (read from its config, before any model is loaded)."""
+    path, name = Path(model_dir) / "config.yaml", Path(model_dir).name
+    if not path.exists():
+        raise DocnmtError(f"{model_dir}: not a docnmt model directory (no config.yaml)")
+    data = Config.load(path).data
+    if not data.is_document_level or data.max_instance_tokens <= 0:
+        raise DocnmtError(f"--own-length: {name} was not trained on Doc2Doc instances of a token budget "
+                          f"(data.mode {data.mode}, data.max_instance_tokens {data.max_instance_tokens}); train one "
+                          "model per length with docnmt train --mode doc2doc --max-instance-tokens I")
+    return data.max_instance_tokens
+
+
 def run(models: list[str], splits: dict[str, list[Document]], out_dir: Path, s: ProbeSettings,
-        input_lengths: list[int] = (), log=print) -> dict:
+        input_lengths: list[int] = (), log=print, own_length: bool = False) -> dict:
     """``docnmt probe``: every model, every task and layer; a table (printed and ``probe.md``), JSON
-    and plots in ``out_dir``."""
+    and plots in ``out_dir``. The input-length study: ``input_lengths`` probes every model's top
+    layer on inputs of at most each length (one model at every length); ``own_length`` probes
+    each model on inputs of at most its own training length (one model per length, the paper's
+    setup: pass models trained with ``--max-instance-tokens`` 64, 128, …)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    results, by_length = {}, {}
-    for path in models:
+    results, by_length, own = {}, {}, []
+    lengths = [training_length(path) for path in models] if own_length else []
+    for k, path in enumerate(models):
         name = Path(path).name
         tr = Translator.load(path, device="cpu")
         log(f"{name} ({tr.cfg.data.mode}, {tr.cfg.method_name})")
@@ -287,12 +339,21 @@ def run(models: list[str], splits: dict[str, list[Document]], out_dir: Path, s: 
         for n in input_lengths:
             r = probe_model(tr, splits, s, max_tokens=n, tasks=("absolute",), layers=[top], log=lambda m: None)
             by_length.setdefault(name, {})[n] = r["absolute"][0]["accuracy"]
-            log(f"  absolute, top layer, inputs of <= {n} tokens: {by_length[name][n]:.3f}")
-    (out_dir / "probe.json").write_text(json.dumps({"results": results, "by_input_length": by_length}, indent=1))
-    text = table(results, by_length)
+            log(f"  absolute, top layer, inputs of <= {n} tokens (this one model at another length): "
+                f"{by_length[name][n]:.3f}")
+        if own_length:
+            n = lengths[k]
+            r = probe_model(tr, splits, s, max_tokens=n, tasks=("absolute",), layers=[top], log=lambda m: None)
+            own.append({"model": name, "length": n, "accuracy": r["absolute"][0]["accuracy"]})
+            log(f"  absolute, top layer, inputs of <= {n} tokens (its own training length): {own[-1]['accuracy']:.3f}")
+    result = {"results": results, "by_input_length": by_length, "by_own_length": own,
+              "input_length_setups": {"by_input_length": ONE_MODEL, "by_own_length": PER_LENGTH}}
+    (out_dir / "probe.json").write_text(json.dumps(result, indent=1))
+    text = table(results, by_length, own)
     (out_dir / "probe.md").write_text(text)
-    log("\ntest accuracy per encoder layer" + (" and top-layer absolute accuracy per input length" if by_length else "")
+    log("\ntest accuracy per encoder layer" + (" and top-layer absolute accuracy per input length"
+                                               if by_length or own else "")
         + f" (also in {out_dir / 'probe.md'}):\n" + text)
-    for p in plot(results, out_dir, by_length or None):
+    for p in plot(results, out_dir, by_length or None, own or None):
         log(f"wrote {p}")
-    return {"results": results, "by_input_length": by_length}
+    return result

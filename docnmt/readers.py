@@ -11,7 +11,10 @@ Formats read (every file UTF-8, decoded strictly; a leading BOM is dropped; LF o
     IWSLT mteval XML and WMT SGML: ``<doc docid=...>`` elements holding ``<seg id=...>``
     segments, parsed leniently with regular expressions (``&...;`` references unescaped,
     ``<![CDATA[...]]>`` unwrapped, whitespace collapsed; a ``<seg>`` before the first ``<doc>``
-    is an error). Two sides are paired by docid, then by seg id.
+    is an error). Two sides are paired by docid, then by seg id. The WMT test-set format of 2021
+    on (``<dataset><collection><doc id=...>`` with ``<src>`` and several ``<ref translator=...>``,
+    segments in ``<p>`` paragraphs) holds both sides in one file: the source, the first reference
+    as the target, every reference in ``meta["references"]``.
 ``jsonl``
     One JSON object a line: ``{"id": ..., "src": [...], "tgt": [...], "meta": {...}}``.
 ``bcontrast``
@@ -247,9 +250,15 @@ class _XDoc:
     meta: dict
 
 
+_DATASET = re.compile(r"<dataset\b", re.I)
+_SIDE = re.compile(r"<(src|ref)\b([^>]*)>(.*?)</\1\s*>", re.I | re.S)
+
+
 def _xml_docs(f: Text) -> dict[str, _XDoc]:
     """The documents of an XML/SGML file by docid, their segments by seg id, in file order."""
     text = _COMMENT.sub(lambda m: "\n" * m.group().count("\n"), f.text)
+    if _DATASET.search(text):
+        return _wmt_docs(f, text)
     tags = list(_DOC_TAG.finditer(text))
     if not tags:
         raise DataError("no <doc> element", f.name)
@@ -289,10 +298,66 @@ def _xml_docs(f: Text) -> dict[str, _XDoc]:
     return docs
 
 
+def _wmt_docs(f: Text, text: str) -> dict[str, _XDoc]:
+    """The WMT test-set format of 2021 on: ``<dataset><collection><doc id=… origlang=…>`` holding
+    ``<src lang=…>`` and any number of ``<ref lang=… translator=…>`` (and ``<hyp>``, ignored),
+    each with ``<p>`` paragraphs of ``<seg id=…>``. The source segments by seg id; the references,
+    by translator (``A``, ``B`` … or their position), in ``meta["references"]``."""
+    tags = list(_DOC_TAG.finditer(text))
+    if not tags:
+        raise DataError("no <doc> element in the <dataset>", f.name)
+    docs: dict[str, _XDoc] = {}
+    for k, tag in enumerate(tags):
+        line = text.count("\n", 0, tag.start()) + 1
+        docid = _attr(tag.group(1), "id")
+        if not docid:
+            raise DataError("<doc> without id", f.name, line)
+        if docid in docs:
+            raise DataError(f"duplicate document id {docid!r}", f.name, line)
+        end = tags[k + 1].start() if k + 1 < len(tags) else len(text)
+        doc = _XDoc(line, {}, {"references": {}})
+        if origlang := _attr(tag.group(1), "origlang"):
+            doc.meta["origlang"] = origlang
+        for side in _SIDE.finditer(text, tag.end(), end):
+            segs: dict[str, str] = {}
+            for seg in _SEG.finditer(side.group(3)):
+                no = text.count("\n", 0, side.start(3) + seg.start()) + 1
+                sid = _attr(seg.group(1), "id") or str(len(segs) + 1)
+                if not seg.group(3):
+                    raise DataError(f"<seg id={sid}> not closed", f.name, no)
+                if sid in segs:
+                    raise DataError(f"duplicate seg id {sid} in document {docid!r}", f.name, no)
+                segs[sid] = _clean(seg.group(2))
+            if side.group(1).lower() == "src":
+                if doc.segs:
+                    raise DataError(f"document {docid!r} has two <src> elements", f.name, line)
+                doc.segs = segs
+                doc.meta["src_lang"] = _attr(side.group(2), "lang")
+            else:
+                name = _attr(side.group(2), "translator") or str(len(doc.meta["references"]) + 1)
+                doc.meta["references"][name] = segs
+        if not doc.segs:
+            raise DataError(f"document {docid!r} has no <src> segments", f.name, line)
+        for sid, seg in doc.segs.items():
+            if not seg:
+                raise DataError(f"empty segment (seg id {sid})", f.name, line)
+        docs[docid] = doc
+    return docs
+
+
 def _xml(a: Text, b: Text | None) -> list[Document]:
     da = _xml_docs(a)
     if b is None:
-        return [Document(i, list(d.segs.values()), None, d.meta) for i, d in da.items()]
+        docs = []
+        for i, d in da.items():
+            refs = d.meta.pop("references", None)
+            doc = Document(i, list(d.segs.values()), None, d.meta)
+            if refs:                # the WMT 2021+ format: the first reference is the target
+                aligned = {name: [r.get(sid, "") for sid in d.segs] for name, r in refs.items()}
+                doc.tgt = next(iter(aligned.values()))
+                doc.meta["references"] = aligned
+            docs.append(doc)
+        return docs
     db = _xml_docs(b)
     for (f, dx), (g, dy) in (((a, da), (b, db)), ((b, db), (a, da))):
         for docid, d in dx.items():
@@ -452,7 +517,7 @@ def _sniff(f: Text) -> str:
     first = next((line for line in stripped if line), "")
     if first.startswith("{"):                            # content, for stdin and unusual names
         return "jsonl"
-    if re.match(r"<(\?xml|doc\b|refset|srcset|tstset|mteval)", first, re.I):
+    if re.match(r"<(\?xml|doc\b|refset|srcset|tstset|mteval|dataset\b)", first, re.I):
         return "xml"
     if DOC_MARK in stripped:
         return "marker"
@@ -509,6 +574,41 @@ def read_inputs(paths: list[str], fmt: str = "auto") -> list[Document]:
     return [d for docs in parts for d in docs]
 
 
+def sentence_line(path, fmt: str, doc: int, sent: int) -> tuple[int | None, bool]:
+    """For error messages: the 1-based line of sentence ``sent`` of document ``doc`` (both
+    0-based, in the order :func:`read_documents` returns them) of a file it read without error,
+    and whether that line is the sentence's own: in JSONL and XML/SGML it is the line where the
+    document starts; BConTrasT JSON gives (None, False)."""
+    f = read_text(path)
+    fmt = _sniff(f) if fmt == "auto" else fmt
+    if fmt == "marker":
+        start, _ = _split_marker(f, allow_empty=True)[doc]
+        return start + sent + (f.lines[start - 1].strip() == DOC_MARK), True
+    if fmt == "blankline":
+        return _split_blankline(f)[doc][0] + sent, True
+    if fmt == "plain":
+        return sent + 1, True
+    if fmt == "jsonl":
+        return [no for no, line in enumerate(f.lines, 1) if line.strip()][doc], False
+    if fmt in ("xml", "sgml"):
+        return list(_xml_docs(f).values())[doc].line, False
+    return None, False
+
+
+def locate_sentence(paths: list, fmt: str, doc: int, sent: int) -> tuple[str, int | None, bool]:
+    """For error messages: the file (of ``paths``, read one after the other as
+    :func:`read_inputs` does) and line of sentence ``sent`` of document ``doc`` (0-based), and
+    whether the line is the sentence's own (see :func:`sentence_line`)."""
+    if any(str(p) == STDIN for p in paths):          # read once, already
+        return ",".join("<stdin>" if str(p) == STDIN else str(p) for p in paths), None, False
+    for path in paths:
+        n = len(read_documents(path, fmt=fmt)) if len(paths) > 1 else doc + 1
+        if doc < n:
+            return (str(path), *sentence_line(path, fmt, doc, sent))
+        doc -= n
+    raise IndexError(doc)
+
+
 # ---------------------------------------------------------------- writers
 
 @contextmanager
@@ -522,8 +622,11 @@ def _output(path_or_file) -> Iterator:
             fh = open(path_or_file, "w", encoding="utf-8", newline="\n")
         except OSError as e:
             raise DataError(f"cannot write file: {e.strerror or e}", str(path_or_file)) from None
-        with fh:
-            yield fh
+        try:
+            with fh:
+                yield fh
+        except OSError as e:                # a full disk (or /dev/full) fails on writing or closing
+            raise DataError(f"cannot write file: {e.strerror or e}", str(path_or_file)) from None
 
 
 def _one_line(s: str, what: str, name: str, allow_empty: bool = False) -> str:
@@ -571,13 +674,14 @@ def write_jsonl(docs: Iterable[Document], path_or_file) -> None:
             fh.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
 
 
-def read_sentences(path: str, hypothesis: bool = False) -> list[list[str]]:
+def read_sentences(path: str, hypothesis: bool = False, source: bool = False) -> list[list[str]]:
     """Documents as sentence lists: marker files, JSONL written by `docnmt translate` (its target
-    side when it has one), or XML/SGML references. Files of other formats are read as marker
-    files, where a blank line is an empty sentence (a system may output one), not a boundary."""
+    side when it has one), or XML/SGML references (a WMT 2021+ test set holding source and
+    references: its first reference, or its source with ``source``). Files of other formats are
+    read as marker files, where a blank line is an empty sentence (a system may output one), not
+    a boundary."""
     fmt = "marker" if str(path) == STDIN else _sniff(read_text(path))    # standard input is read once
-    if fmt in ("jsonl", "bcontrast"):
+    if fmt in ("jsonl", "bcontrast", "xml"):
         docs = read_documents(path, fmt=fmt, allow_empty=hypothesis)
-        return [d.tgt if d.tgt is not None else d.src for d in docs]
-    fmt = fmt if fmt == "xml" else "marker"
-    return [d.src for d in read_documents(path, fmt=fmt, allow_empty=hypothesis)]
+        return [d.tgt if d.tgt is not None and not source else d.src for d in docs]
+    return [d.src for d in read_documents(path, fmt="marker", allow_empty=hypothesis)]

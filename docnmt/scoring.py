@@ -107,6 +107,39 @@ def sentence_logprobs(translator, docs: list[Document], max_context: int | None 
     return out
 
 
+def document_logprobs(translator, docs: list[Document], progress: bool = False,
+                      max_tokens: int | None = None, origin: str = "reference") -> list[list[tuple[float, int]]]:
+    """``(Σ log p, tokens)`` of every target sentence of every document, teacher-forced in the
+    model's own input format: the instances translation decodes (Doc2Doc splits, Doc2Sent and
+    pseudo-document context, the context encoder's input), each target sentence counted with its
+    separator or end token. A sentence that is the context of later instances (pseudo-documents,
+    forced as a prefix there) is scored in the instance where it is the one generated."""
+    if any(d.tgt is None or len(d.tgt) != len(d.src) for d in docs):
+        raise DataError("every scored document needs as many target as source sentences", origin)
+    corpus = Corpus.encode(docs, translator.vocab, max_sentence_tokens=translator.cfg.model.max_positions - 2,
+                           origin=origin)
+    rows = build_instances(corpus, translator.cfg.data, training=False)
+    owner: dict[int, int] = {}
+    for r, (_, b, _) in enumerate(rows.tolist()):
+        owner[b - 1] = r                              # the instance a sentence ends
+    for r, (_, b, t) in enumerate(rows.tolist()):
+        for i in range(t, b - 1):
+            owner.setdefault(i, r)                    # else the first holding it
+    first = InstanceSet(corpus, rows, translator.joiner).tfirst
+    joiner, pad = translator.joiner, translator.vocab.pad
+    out: list[tuple[float, int]] = [(0.0, 0)] * corpus.n_sents
+    for idx, batch, lp, _ in teacher_forced(translator, corpus, rows, max_tokens=max_tokens, progress=progress):
+        lp, n_labels = lp.double().cpu(), batch["labels"].ne(pad).sum(1).tolist()
+        for pos, k in enumerate(idx):
+            _, b, t = (int(x) for x in rows[k])
+            tgt = [corpus.tgt[i] for i in range(t, b)]
+            bounds = [len(joiner.prefix(tgt[:j], int(first[k]))) for j in range(b - t)] + [n_labels[pos]]
+            for j in range(b - t):
+                if owner[t + j] == k:
+                    out[t + j] = (float(lp[pos, bounds[j]: bounds[j + 1]].sum()), bounds[j + 1] - bounds[j])
+    return [[out[i] for i in corpus.doc_range(d)] for d in range(corpus.n_docs)]
+
+
 def attention_entropy(translator, docs: list[Document], progress: bool = False,
                       max_tokens: int | None = None) -> dict:
     """Attention entropy in bits per module kind (docs/methods/discourse.md#attention-entropy:

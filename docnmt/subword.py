@@ -25,6 +25,7 @@ from sacremoses import MosesDetokenizer, MosesTokenizer
 from subword_nmt.apply_bpe import BPE
 from subword_nmt.learn_bpe import learn_bpe
 
+from .errors import DataError
 from .vocab import BaseVocab, default_symbols, read_meta
 
 CONTINUATION_RE = re.compile(r"@@( |$)")
@@ -76,9 +77,20 @@ class MosesBPEVocab(BaseVocab):
     def load(cls, directory: str | Path) -> "MosesBPEVocab":
         directory = Path(directory)
         meta = read_meta(directory, "bpe.codes", "bpe.vocab.json")
-        pieces = json.loads((directory / "bpe.vocab.json").read_text(encoding="utf-8"))
-        return cls((directory / "bpe.codes").read_text(encoding="utf-8"), pieces, meta["src_lang"],
-                   meta["tgt_lang"], meta["extra_symbols"])
+        if not all(isinstance(meta.get(k), str) for k in ("src_lang", "tgt_lang")):
+            raise DataError("not a Moses+BPE vocab.json (no src_lang and tgt_lang)", directory / "vocab.json")
+        path = directory / "bpe.vocab.json"
+        try:
+            pieces = json.loads(path.read_text(encoding="utf-8"))
+            codes = (directory / "bpe.codes").read_text(encoding="utf-8")
+        except (UnicodeDecodeError, ValueError) as e:
+            raise DataError(f"not readable ({e}); run `docnmt prepare` again", path) from None
+        if not isinstance(pieces, dict):
+            raise DataError("not a subword -> frequency mapping; run `docnmt prepare` again", path)
+        try:
+            return cls(codes, pieces, meta["src_lang"], meta["tgt_lang"], meta["extra_symbols"])
+        except (ValueError, IndexError) as e:     # subword-nmt on a codes file it cannot parse
+            raise DataError(f"not a subword-nmt codes file ({e})", directory / "bpe.codes") from None
 
     @classmethod
     def train(cls, texts_src: Iterable[str], texts_tgt: Iterable[str], src_lang: str, tgt_lang: str,

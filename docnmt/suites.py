@@ -92,19 +92,37 @@ def detect_format(path: Path) -> str:
     raise DataError("cannot tell the test suite format of this JSON file; give --format", path)
 
 
-def _load_json(path: Path):
+def _load_json(path: Path, expect: type | None = None, what: str = ""):
+    """The JSON value of ``path``; with ``expect``, a DataError unless it is of that type."""
+    text = _read_text(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise DataError(f"not UTF-8 ({e.reason} at byte {e.start})", path) from None
+        data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise DataError(f"invalid JSON: {e.msg} (line {e.lineno})", path) from None
+        raise DataError(f"invalid JSON: {e.msg} (column {e.colno})", path, e.lineno) from None
+    except (ValueError, RecursionError) as e:
+        raise DataError(f"invalid JSON: {e}", path) from None
+    if expect is not None and not isinstance(data, expect):
+        raise DataError(f"expected {what}, found a JSON {type(data).__name__}", path, 1)
+    return data
+
+
+def _read_text(path: Path) -> str:
+    """A suite file as strict UTF-8, or a DataError naming the file and line of the bad byte."""
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise DataError("is a directory, not a suite file", path) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"invalid UTF-8 (byte 0x{data[e.start]:02x})", path, data.count(b"\n", 0, e.start) + 1) \
+            from None
 
 
 # ---- Voita et al. 2019 ---------------------------------------------------------------------
 
 def read_voita(path: Path, detokenize: bool = True, lang: tuple[str, str] = ("en", "ru")) -> list[ContrastiveExample]:
-    data = _load_json(path)
+    data = _load_json(path, list, "a list of Voita et al. examples")
     detok = _detokenizers(lang) if detokenize else (lambda s: s, lambda s: s)
     phenomenon = path.stem
     out = []
@@ -113,7 +131,7 @@ def read_voita(path: Path, detokenize: bool = True, lang: tuple[str, str] = ("en
             src = [detok[0](s) for s in _split_eos(ex["src"])]
             cands = [[detok[1](s) for s in _split_eos(d)] for d in ex["dst"]]
             correct = int(ex["true_ind"])
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise DataError(f"example {k + 1}: not a Voita et al. example ({e})", path) from None
         if any(len(c) != len(src) for c in cands) or not 0 <= correct < len(cands):
             raise DataError(f"example {k + 1}: candidates and source have different sentence counts "
@@ -142,7 +160,7 @@ def _detokenizers(lang: tuple[str, str]):
 def read_bawden(path: Path) -> list[ContrastiveExample]:
     """Each (correct | semi-correct, incorrect) pair is one example; ``meta["type"]`` is the
     block's type (m.sg/f.pl/... for anaphora, repet/disambig... for lexical choice)."""
-    data = _load_json(path)
+    data = _load_json(path, dict, "an object of Bawden et al. blocks")
     phenomenon = path.stem.replace("-", "_")
     out = []
     for key, block in data.items():
@@ -210,7 +228,7 @@ def read_scat(directory: Path, split: str = "valid") -> list[ContrastiveExample]
     for f in files:
         if not f.exists():
             raise DataError(f"SCAT file missing (split {split!r})", f)
-    en, fr, cen, cfr = (f.read_text(encoding="utf-8").splitlines() for f in files)
+    en, fr, cen, cfr = (_read_text(f).splitlines() for f in files)
     if not len(en) == len(fr) == len(cen) == len(cfr):
         raise DataError(f"SCAT files of split {split!r} have different line counts", directory)
     out = []
@@ -234,14 +252,20 @@ def read_scat(directory: Path, split: str = "valid") -> list[ContrastiveExample]
 def read_contrapro(path: Path, lang: tuple[str, str] = ("en", "de")) -> list[ContrastiveExample]:
     directory, json_path = (path, path / "contrapro.json") if path.is_dir() else (path.parent, path)
     stem = json_path.stem
-    data = _load_json(json_path)
+    data = _load_json(json_path, list, "a list of ContraPro examples")
+    for k, ex in enumerate(data):
+        if not isinstance(ex, dict) or not isinstance(ex.get("errors", []), list):
+            raise DataError(f"example {k + 1}: not a ContraPro example (an object with a list of errors)", json_path)
+        for key in ("segment id", "ante distance"):
+            if not isinstance(ex.get(key, 0), int) or isinstance(ex.get(key), bool):
+                raise DataError(f"example {k + 1}: {key} must be a whole number, not {ex[key]!r}", json_path)
     names = [directory / f"{stem}.{kind}.{lg}" for kind in ("text", "context") for lg in lang]
     for f in names:
         if not f.exists():
             raise DataError(f"missing {f.name}: build it with ContraPro's conversion_scripts/json2text_and_context.pl "
                             f"--source {lang[0]} --target {lang[1]} --context N "
                             "(see docs/methods/discourse.md#contrastive-scoring)", f)
-    ts, tt, cs, ct = (f.read_text(encoding="utf-8").split("\n") for f in names)
+    ts, tt, cs, ct = (_read_text(f).split("\n") for f in names)
     ts, tt = (x[:-1] if x and x[-1] == "" else x for x in (ts, tt))
     n_lines = sum(1 + len(ex.get("errors", [])) for ex in data)
     if len(ts) != n_lines or len(tt) != n_lines:

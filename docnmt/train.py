@@ -6,6 +6,12 @@ Exact resumption: the batches of epoch *e* are a function of (seed, e) only, che
 position inside the epoch, the optimizer and scheduler states and the torch RNG state, so a run
 killed after update *u* and resumed from its checkpoint at *u* continues with the same batches,
 dropout masks and losses as the run that was never interrupted (on CPU).
+
+Crash safety: one training command at a time holds a save directory (:class:`DirectoryLock`);
+a run killed at any instant is resumed by the same command from its newest checkpoint that
+loads (:mod:`docnmt.checkpoint`), or started afresh when it had none yet. A non-finite loss
+stops training with an error before the optimizer step, so the checkpoints and
+``model.safetensors`` on disk keep the last good weights.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,10 +33,23 @@ from tqdm.auto import tqdm
 
 from . import methods
 from .attention import AttentionProbe
-from .checkpoint import WEIGHTS, atomic_write, last_checkpoint, load_state, load_weights, save_checkpoint, save_weights
+from .checkpoint import (
+    WEIGHTS,
+    DirectoryLock,
+    atomic_write,
+    crash_point,
+    last_checkpoint,
+    list_checkpoints,
+    load_state,
+    load_weights,
+    recover,
+    save_checkpoint,
+    save_weights,
+)
 from .config import TRAIN_PRECISIONS, Config
 from .data import Corpus, InstanceSet, build_instances, model_inputs, word_dropout
-from .errors import ConfigError, DocnmtError
+from .errors import ConfigError, DataError, DocnmtError
+from .limits import memory_bytes
 from .methods import build_model
 from .scoring import EntropyMeter
 from .vocab import Vocab
@@ -50,6 +70,63 @@ def inverse_sqrt(peak: float, warmup: int):
 def forward_loss(model, batch: dict, eps: float) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Loss of one batch (through the model's forward; a DDP wrapper forwards it to the model)."""
     return model(batch["src"], batch["tgt_in"], batch["labels"], eps, **model_inputs(batch))
+
+
+# what a training run writes into its save directory (a directory holding only these and no
+# checkpoint is a run killed before its first checkpoint, started again by the same command)
+RUN_FILES = {"config.yaml", "spm.model", "vocab.json", "bpe.codes", "bpe.vocab.json", "train.log", "metrics.jsonl",
+             "checkpoints"}
+
+
+def _record_through(line: bytes, updates: int, validated: bool) -> bool:
+    """Whether a metrics.jsonl line is a whole record of an update up to ``updates`` (a
+    validation of ``updates`` itself only when the checkpoint has it: else it is redone)."""
+    try:
+        rec = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return False
+    if not line.endswith(b"\n") or not isinstance(rec, dict) or not isinstance(rec.get("updates", 0), int):
+        return False
+    u = rec.get("updates", 0)
+    return u < updates or (u == updates and (validated or not any(k.startswith("valid_") for k in rec)))
+
+
+def load_corpus(directory: Path, split: str, vocab_size: int) -> Corpus:
+    """A prepared split, checked: every file readable and consistent with the others and with
+    the vocabulary, else a DataError naming the file (a truncated copy, a disk error)."""
+    from .data.corpus import Side
+    files = sorted(Path(directory).glob(f"{split}.*"))
+    for f in files:
+        try:
+            if f.suffix == ".npy":
+                np.load(f, mmap_mode="r")
+            elif f.suffix == ".json":
+                json.loads(f.read_text(encoding="utf-8"))
+        except Exception as e:             # numpy and json raise many kinds (ValueError, EOFError, OSError, ...)
+            raise DataError(f"not a readable prepared data file ({type(e).__name__}: {e}); run `docnmt prepare` "
+                            "again", f) from None
+    corpus = Corpus.load(directory, split)
+
+    def bad(name: str, what: str):
+        return DataError(f"{what}; the prepared data is damaged: run `docnmt prepare` again",
+                         Path(directory) / f"{split}.{name}")
+    sides = [(n, side) for n, side in (("src", corpus.src), ("tgt", corpus.tgt)) if isinstance(side, Side)]
+    if not sides:
+        raise bad("src.tokens.npy", "missing")
+    for name, side in sides:
+        off, tok = side.offsets, side.tokens
+        if off.ndim != 1 or not len(off) or off[0] != 0 or off[-1] != len(tok) or (np.diff(off) < 0).any():
+            raise bad(f"{name}.offsets.npy", f"sentence offsets do not fit the {len(tok)} tokens")
+        if tok.ndim != 1 or tok.dtype.kind not in "iu" or (len(tok) and (tok.min() < 0 or tok.max() >= vocab_size)):
+            raise bad(f"{name}.tokens.npy", f"token ids outside the vocabulary's {vocab_size}")
+        if len(off) != len(corpus.src.offsets):
+            raise bad(f"{name}.offsets.npy", "source and target sentence counts differ")
+    docs = corpus.doc_offsets
+    if docs.ndim != 1 or not len(docs) or docs[0] != 0 or docs[-1] != corpus.n_sents or (np.diff(docs) < 0).any():
+        raise bad("docs.npy", f"document offsets do not fit the {corpus.n_sents} sentences")
+    if not isinstance(corpus.docids, list) or len(corpus.docids) != corpus.n_docs:
+        raise bad("docids.json", f"not {corpus.n_docs} document ids")
+    return corpus
 
 
 @dataclass
@@ -124,15 +201,15 @@ class Trainer:
         self.progress_bar = progress_bar and self.dist.main
         self.vocab = Vocab.load(self.data_dir)
         self.joiner = methods.data_joiner(self.vocab, cfg.data)
-        self.train_corpus = Corpus.load(self.data_dir, "train")
+        self.train_corpus = load_corpus(self.data_dir, "train", len(self.vocab))
         self.valid = None
         if (self.data_dir / "valid.docs.npy").exists():
-            vc = Corpus.load(self.data_dir, "valid")
+            vc = load_corpus(self.data_dir, "valid", len(self.vocab))
             self.valid = InstanceSet(vc, build_instances(vc, cfg.data, training=False), self.joiner)
         self.train_set = self.make_train_set(1)
 
         torch.manual_seed(tc.seed)
-        self.model = build_model(cfg, self.vocab).to(self.device)
+        self.model = self._build_model()
         self._begin_epoch()
         self.amp_dtype = self._amp_dtype(tc.precision)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
@@ -140,7 +217,19 @@ class Trainer:
         self._build_optimizer()
         self.progress = Progress()
         self._validated_at = -1
-        self._prepare_save_dir(force, init_from)
+        self._lock: DirectoryLock | None = None
+        self._log_handler: logging.Handler | None = None
+        self._made_dir = False
+        try:
+            self._prepare_save_dir(force, init_from)
+        except Exception:
+            self.close()
+            if self._made_dir and not [p for p in self.save_dir.iterdir() if p.name != ".lock"]:
+                shutil.rmtree(self.save_dir)       # a failed start leaves no directory it made
+            raise
+        except BaseException:
+            self.close()
+            raise
         self.ddp = self.model
         if self.dist.world > 1:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
@@ -148,6 +237,39 @@ class Trainer:
         self.tb = self._tensorboard()
 
     # ---- set-up ------------------------------------------------------------------------------
+    def _build_model(self):
+        """The model on its device, after checking that training it can fit in memory at all
+        (from a lower bound of its size: the embeddings and the attention and feed-forward
+        weights of the plain Transformer; methods add more)."""
+        m = self.cfg.model
+        d, f = m.d_model, m.ffn_dim
+        n = len(self.vocab) * d + m.encoder_layers * (4 * d * d + 2 * d * f) + \
+            m.decoder_layers * (8 * d * d + 2 * d * f)
+        need = 16 * n          # fp32 weights, gradients and Adam's two moments
+        have = memory_bytes(self.device)
+        if have and need > have:
+            raise ConfigError(f"the model has over {n:,} parameters: training needs at least {need / 2**30:.1f} GiB "
+                              f"for its weights, gradients and Adam moments, more than the {have / 2**30:.1f} GiB "
+                              f"of this {self.device.type} (model.d_model {d}, model.ffn_dim {f}, "
+                              f"{len(self.vocab)} symbols)")
+        try:
+            return build_model(self.cfg, self.vocab).to(self.device)
+        except (MemoryError, RuntimeError) as e:       # CPU: "can't allocate memory"; CUDA: OutOfMemoryError
+            if not isinstance(e, MemoryError) and "allocate memory" not in str(e) and "out of memory" not in str(e):
+                raise
+            raise ConfigError(f"the model (over {n:,} parameters) does not fit in memory: "
+                              f"{str(e).splitlines()[0]}") from None
+
+    def close(self) -> None:
+        """Release the save directory and its log (also done when training ends or fails)."""
+        if self._log_handler is not None:
+            log.removeHandler(self._log_handler)
+            self._log_handler.close()
+            self._log_handler = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
     def make_train_set(self, epoch: int) -> InstanceSet:
         """The training instances of an epoch (dynamic length sampling draws them anew)."""
         rows = methods.training_rows(self.train_corpus, self.cfg.data, epoch, self.cfg.train.seed)
@@ -209,38 +331,69 @@ class Trainer:
         return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
     def _prepare_save_dir(self, force: bool, init_from) -> None:
+        """Lock the save directory, then resume the run it holds, or start one (see the module
+        docstring). A directory with files docnmt did not make is never touched. Rank 0 checks
+        and cleans up; the other ranks then only read the checkpoints."""
         d = self.save_dir
-        last = last_checkpoint(d)
-        nonempty = d.exists() and any(d.iterdir())
-        self.dist.barrier()   # every rank looks before rank 0 writes
-        if nonempty and last is None and not force:
-            raise DocnmtError(f"{d} exists and is not empty; choose another --save-dir or pass --force to overwrite")
-        if nonempty and force and not (d / "config.yaml").exists():
-            raise DocnmtError(f"{d} is not a docnmt model directory (no config.yaml), and --force only starts "
-                              "those over: remove it yourself or choose another --save-dir")
-        if last is not None and not force:
+        contents: list[Path] = []
+        if self.dist.main:
+            if d.exists() and not d.is_dir():
+                raise DocnmtError(f"{d} is a file; --save-dir names a directory")
+            if d.is_dir() and not (d / "config.yaml").exists() and any(p.name != ".lock" for p in d.iterdir()):
+                raise DocnmtError(f"{d} exists and is not empty, and is not a docnmt model directory (no "
+                                  "config.yaml): choose another --save-dir (--force only starts over a docnmt model "
+                                  "directory)")
+            self._made_dir = not d.exists()
+            d.mkdir(parents=True, exist_ok=True)
+            self._lock = DirectoryLock(d)          # before looking: another command may be working here
+            for line in recover(d):
+                print(f"{d}: {line}", file=sys.stderr)
+            contents = [p for p in d.iterdir() if p.name != ".lock"]
+            others = [p.name for p in contents if p.name not in RUN_FILES]
+            if contents and not list_checkpoints(d) and not force and others:   # no others: killed before
+                raise DocnmtError(f"{d} holds files of an earlier run ({others[0]}) but no checkpoint to resume "
+                                  "from; choose another --save-dir or pass --force to start over")
+        self.dist.barrier()   # every rank looks after rank 0 has checked and cleaned up, before it writes
+        found = list_checkpoints(d)
+        if found and not force:
             saved = Config.load(d / "config.yaml").to_dict()
             if saved["model"] != self.cfg.to_dict()["model"] or saved["data"] != self.cfg.to_dict()["data"]:
                 raise DocnmtError(f"{d} holds a run with a different model or data config; "
                                   "use another --save-dir, or --force to start over")
-            self.resume(last)
-        elif force and d.exists() and self.dist.main:
-            import shutil
-            for child in d.iterdir():
+            self._resume_newest(found)
+        elif contents:                          # rank 0, with --force or after a start killed early: anew
+            for child in contents:
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
-        if last is None or force:
+        if force or not found:
             if init_from:
                 self._init_from(init_from)
             if self.dist.main:
-                d.mkdir(parents=True, exist_ok=True)
-                self.cfg.dump(d / "config.yaml")
+                atomic_write(d / "config.yaml", self.cfg.dump)
                 self.vocab.save(d)
+                crash_point("config")
         self.dist.barrier()
         if self.dist.main:
-            handler = logging.FileHandler(d / "train.log")
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-            log.addHandler(handler)
+            self._log_handler = logging.FileHandler(d / "train.log")
+            self._log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            log.addHandler(self._log_handler)
             log.setLevel(logging.INFO)
+
+    def _resume_newest(self, found: list[Path]) -> None:
+        """Resume from the newest checkpoint that loads (a crash or a full disk can leave the
+        newest one damaged: say so and take the one before)."""
+        damaged = []
+        for path in reversed(found):
+            try:
+                self.resume(path)
+            except Exception as e:          # a torn or empty state.pt, unreadable weights, missing keys
+                damaged.append(f"{path.name} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+                continue
+            if damaged and self.dist.main:
+                print(f"{self.save_dir}: checkpoint {', '.join(damaged)} cannot be loaded; resumed from "
+                      f"{path.name} instead", file=sys.stderr)
+            return
+        raise DocnmtError(f"{self.save_dir}: no checkpoint can be loaded ({'; '.join(damaged)}); "
+                          "pass --force to start over")
 
     def resume(self, path: Path) -> None:
         state = load_state(path)
@@ -252,25 +405,42 @@ class Trainer:
         if "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
         self.progress = Progress.from_dict(state["progress"])
-        self._validated_at = self.progress.updates
+        # a checkpoint saved between validations (or by a run killed while validating its last
+        # update) gets the validation the uninterrupted run did there, when training ends on it
+        self._validated_at = self.progress.updates if self._validated_here() else -1
         torch.set_rng_state(state["rng"][self.dist.rank] if self.dist.rank < len(state["rng"]) else state["rng"][0])
         if self.progress.epoch > 1:
             self.train_set = self.make_train_set(self.progress.epoch)
         log.info("resumed from %s at update %d (epoch %d)", path, self.progress.updates, self.progress.epoch)
         if self.dist.main:
             self._forget_metrics_after(self.progress.updates)
+            if self._is_final_model(path):      # a kill may have come between the checkpoint and the model
+                atomic_write(self.save_dir / WEIGHTS, lambda t: shutil.copyfile(path / WEIGHTS, t))
             print(f"resuming from {path} (update {self.progress.updates}, epoch {self.progress.epoch})",
                   file=sys.stderr)
 
+    def _validated_here(self) -> bool:
+        p = self.progress
+        return any(r.get("updates") == p.updates and any(k.startswith("valid_") for k in r) for r in p.history)
+
+    def _is_final_model(self, path: Path) -> bool:
+        """Whether the checkpoint just resumed is the one ``model.safetensors`` must hold: the
+        last (no validation set) or the best (validated there, no worse validation since)."""
+        if self.valid is None:
+            return True
+        return self._validated_here() and self.progress.bad_validations == 0 and self.progress.best is not None
+
     def _forget_metrics_after(self, updates: int) -> None:
-        """Drop the metrics a crashed run logged after its last checkpoint: they are redone."""
+        """Drop the metrics a crashed run logged after its last checkpoint (they are redone), and
+        any line the crash tore or garbled."""
         path = self.save_dir / "metrics.jsonl"
         if not path.exists():
             return
-        lines = path.read_text().splitlines(keepends=True)
-        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get("updates", 0) <= updates]
+        lines = path.read_bytes().splitlines(keepends=True)
+        validated = self._validated_here()
+        kept = [ln for ln in lines if _record_through(ln, updates, validated)]
         if len(kept) != len(lines):
-            atomic_write(path, lambda tmp: Path(tmp).write_text("".join(kept)))
+            atomic_write(path, lambda tmp: Path(tmp).write_bytes(b"".join(kept)))
 
     def _tensorboard(self):
         if not (self.cfg.train.tensorboard_dir and self.dist.main):
@@ -304,6 +474,12 @@ class Trainer:
                     or (tc.patience > 0 and p.bad_validations >= tc.patience) or out_of_time)
 
     def train(self) -> Path:
+        try:
+            return self._train()
+        finally:
+            self.close()
+
+    def _train(self) -> Path:
         tc, p = self.cfg.train, self.progress
         self.start_time = start_time = time.time()
         while not self.done():
@@ -319,6 +495,7 @@ class Trainer:
                 loss, nll, ntok = self.update([self.collate(b, p.epoch, p.batch_in_epoch + i)
                                                for i, b in enumerate(group)])
                 p.batch_in_epoch += len(group)
+                crash_point("update")
                 window["loss"] += loss
                 window["nll"] += nll
                 window["tokens"] += ntok
@@ -370,6 +547,13 @@ class Trainer:
             total_nll += nll.item()
             ntokens += n
         total_loss, total_nll, all_tokens = self.dist.all_sum([total_loss, total_nll, float(ntokens)])
+        if not math.isfinite(total_loss):       # diverged: stop before the step spoils the weights
+            last = last_checkpoint(self.save_dir)
+            raise DocnmtError(f"training diverged: the loss of update {self.progress.updates + 1} is {total_loss} "
+                              f"(learning rate {self.scheduler.get_last_lr()[0]:.3g}); "
+                              + (f"the last good checkpoint is {last}, which the same command resumes from (with "
+                                 "a --clip-norm if you add one); a lower --lr needs a fresh start (--force)" if last
+                                 else "no checkpoint was saved yet: lower --lr or set --clip-norm"))
         self.scaler.unscale_(self.optimizer)
         scale = self.dist.world / max(all_tokens, 1.0)    # DDP averaged over ranks; make it per-token
         for param in self.model.parameters():
@@ -453,9 +637,7 @@ class Trainer:
             state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                      "scaler": self.scaler.state_dict(), "progress": self.progress.to_dict(),
                      "rng": self._gather_rng(), "pretrained": self.pretrained}
-            save_checkpoint(self.save_dir, name, self.model, state, self.cfg.train.keep_last)
-            if best:
-                save_weights(self.model, self.save_dir / WEIGHTS)
+            save_checkpoint(self.save_dir, name, self.model, state, self.cfg.train.keep_last, best=best)
         else:
             self._gather_rng()
         self.dist.barrier()

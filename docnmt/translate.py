@@ -38,25 +38,33 @@ class CoverageReport:
     malformed_instances: int = 0      # separator structure not as expected (repaired by the recovery rules)
     empty_sentences: int = 0          # source sentences whose translation came back empty
     documents_with_problems: list = field(default_factory=list)
+    first_pass: dict | None = None    # two-pass decoding (DocFlat): what translated pass 1, {"by", "path"}
 
     @property
     def documents_fully_recovered(self) -> int:
         return self.documents - len(self.documents_with_problems)
 
     def summary(self) -> str:
-        return (f"coverage: {self.documents_fully_recovered}/{self.documents} documents fully recovered, "
+        text = (f"coverage: {self.documents_fully_recovered}/{self.documents} documents fully recovered, "
                 f"{self.empty_sentences}/{self.sentences} sentences empty, "
                 f"{self.malformed_instances}/{self.instances} instances with merged or missing sentences "
                 "(repaired by the recovery rules)")
+        if self.first_pass is not None:
+            by, path = self.first_pass["by"], self.first_pass["path"]
+            text += "; pass 1: " + ("this model itself" if by == "model" else f"{by.replace('_', ' ')} {path}")
+        return text
 
     def as_dict(self) -> dict:
         """The report as ``docnmt translate --report`` writes it (JSON), with the paper's
-        Table VII figure, documents fully recovered out of all, spelled out."""
+        Table VII figure, documents fully recovered out of all, spelled out; after two-pass
+        decoding (DocFlat) also ``first_pass``: what translated pass 1 (``by``: model, i.e. this
+        model itself, sentence_model or file; ``path``)."""
         return {"documents": self.documents,
                 "documents_fully_recovered": self.documents_fully_recovered,
                 "sentences": self.sentences, "empty_sentences": self.empty_sentences,
                 "instances": self.instances, "malformed_instances": self.malformed_instances,
-                "documents_with_problems": list(self.documents_with_problems)}
+                "documents_with_problems": list(self.documents_with_problems),
+                **({} if self.first_pass is None else {"first_pass": dict(self.first_pass)})}
 
 
 class Translator:
@@ -127,6 +135,7 @@ class Translator:
         def decode(rows, new_from, forced_from=None, outputs=outputs):
             self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from)
         walk.run(self, docs, corpus, rounds, search, decode)
+        report.first_pass = getattr(walk, "used", None)      # two-pass decoding: what translated pass 1
         bar.close()
         return self._assemble(docs, corpus, outputs, report, bad_docs), report
 
@@ -166,7 +175,7 @@ class Translator:
                         report.malformed_instances += 1
                         bad_docs.add(int(corpus.doc_of(tstart)))
                     for j in range(int(new_from[k]) - tstart, end - tstart):
-                        outputs[tstart + j].append(sents[j])
+                        outputs[tstart + j].append(Scored(sents[j], hyp.score))
             bar.update(len(idx))
 
     def _assemble(self, docs, corpus, outputs, report, bad_docs) -> list[Document]:
@@ -175,11 +184,23 @@ class Translator:
             doc.tgt = [n[0] if n else "" for n in texts]
             if any(len(n) > 1 for n in texts):
                 doc.meta["nbest"] = texts
+                doc.meta["nbest_scores"] = [[getattr(t, "score", None) for t in outputs[i]]
+                                            for i in corpus.doc_range(d)]
             empty = sum(1 for t in doc.tgt if not t.strip())
             report.empty_sentences += empty
             if empty or d in bad_docs:
                 report.documents_with_problems.append(doc.docid)
         return docs
+
+
+class Scored(list):
+    """The tokens of one output sentence, with ``score``: the length-normalised log-probability of
+    the beam hypothesis it comes from (the sentence's own for sentence-level models, its instance's
+    for document-level ones)."""
+
+    def __init__(self, tokens, score: float):
+        super().__init__(tokens)
+        self.score = score
 
 
 def check_device(device: str | None) -> torch.device:

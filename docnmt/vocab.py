@@ -7,6 +7,8 @@ instance formats): ``<mask>`` (word dropout), ``<eod>`` (end of document), ``<se
 ``extra_symbols`` before the vocabulary is built; the list is saved next to the model.
 The classic Moses tokenisation + subword-nmt BPE pipeline (``docnmt[moses]``) has the same
 layout and interface: :class:`docnmt.subword.MosesBPEVocab` (``vocab.json`` names the backend).
+A model imported from Hugging Face keeps its tokenizer and its ids: :class:`PretrainedVocab`
+(docs/pretrained.md#the-vocabulary).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from .errors import ConfigError, DataError
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 DEFAULT_MAX_SEP = 512
+SPM_MAX_SENTENCE_BYTES = 4192      # SentencePiece's default max_sentence_length: longer lines are not learned from
 
 
 def default_symbols(max_sep: int = DEFAULT_MAX_SEP) -> list[str]:
@@ -38,7 +41,23 @@ def require_files(directory: Path, *files: str) -> None:
 def read_meta(directory: Path, *files: str) -> dict:
     """``vocab.json`` of a vocabulary directory, after checking that it and ``files`` exist."""
     require_files(directory, "vocab.json", *files)
-    return json.loads((directory / "vocab.json").read_text())
+    path = directory / "vocab.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise DataError(f"not a docnmt vocab.json ({e}); run `docnmt prepare` again", path) from None
+    symbols = meta.get("extra_symbols") if isinstance(meta, dict) else None
+    if not isinstance(symbols, list) or not all(isinstance(x, str) for x in symbols):
+        raise DataError("not a docnmt vocab.json (no list of extra_symbols); run `docnmt prepare` again", path)
+    return meta
+
+
+def load_spm(proto: bytes, origin) -> spm.SentencePieceProcessor:
+    """A SentencePiece processor of a serialized model, or a DataError naming ``origin``."""
+    try:
+        return spm.SentencePieceProcessor(model_proto=proto)
+    except (RuntimeError, TypeError, OSError):
+        raise DataError(f"not a SentencePiece model ({len(proto)} bytes that do not parse as one)", origin) from None
 
 
 def moses_bpe() -> type:
@@ -121,9 +140,9 @@ class Vocab(BaseVocab):
 
     backend = "spm"
 
-    def __init__(self, model_proto: bytes, extra_symbols: list[str]):
+    def __init__(self, model_proto: bytes, extra_symbols: list[str], origin: str = "SentencePiece model"):
         self.proto = model_proto
-        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self.sp = load_spm(model_proto, origin)
         super().__init__(self.sp.get_piece_size(), extra_symbols)
 
     def encode_batch(self, texts: list[str], side: str = "src") -> list[list[int]]:
@@ -145,10 +164,12 @@ class Vocab(BaseVocab):
         backend = meta.get("backend", "spm")
         if backend == "moses-bpe":
             return moses_bpe().load(directory)
+        if backend == PretrainedVocab.backend:
+            return PretrainedVocab.load(directory)
         if backend != "spm":
             raise ConfigError(f"{directory}/vocab.json: unknown subword backend {backend!r}")
         require_files(directory, "spm.model")
-        return cls((directory / "spm.model").read_bytes(), meta["extra_symbols"])
+        return cls((directory / "spm.model").read_bytes(), meta["extra_symbols"], directory / "spm.model")
 
     @classmethod
     def train(cls, texts: Iterable[str], size: int = 8000, extra_symbols: list[str] | None = None,
@@ -158,9 +179,130 @@ class Vocab(BaseVocab):
         if len(texts) > max_sentences:
             texts = random.Random(seed).sample(texts, max_sentences)
         buf = io.BytesIO()
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_writer=buf, vocab_size=size, model_type=model_type,
-            character_coverage=1.0, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
-            input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=2,
-            minloglevel=2, hard_vocab_limit=False)
+        usable = sum(1 for t in texts if len(t.encode("utf-8")) <= SPM_MAX_SENTENCE_BYTES)
+        if not usable:
+            raise DataError(f"no sentence to learn the subword model from: SentencePiece skips sentences over "
+                            f"{SPM_MAX_SENTENCE_BYTES} bytes, and {'all' if texts else 'no'} {len(texts)} are")
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(texts), model_writer=buf, vocab_size=size, model_type=model_type,
+                character_coverage=1.0, pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+                input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=2,
+                minloglevel=2, hard_vocab_limit=False, max_sentence_length=SPM_MAX_SENTENCE_BYTES)
+        except RuntimeError as e:
+            need = re.search(r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)", str(e))
+            if need:
+                raise ConfigError(f"--vocab-size {size} is too small: the training text has {int(need.group(1)) - 4} "
+                                  f"distinct characters, so at least {need.group(1)} pieces are needed") from None
+            raise DataError(f"SentencePiece could not learn a model of {size} pieces: {str(e).splitlines()[0]}") \
+                from None
         return cls(buf.getvalue(), default_symbols() if extra_symbols is None else extra_symbols)
+
+
+# --------------------------------------------------------------------------------------------
+# The tokenizer of a model imported from Hugging Face (docnmt.hf)
+# --------------------------------------------------------------------------------------------
+
+def clean_up_spaces(text: str) -> str:
+    """transformers' ``clean_up_tokenization_spaces``: no space before punctuation and English
+    contractions."""
+    for before, after in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                          (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(before, after)
+    return text
+
+
+class PretrainedVocab(BaseVocab):
+    """The tokenizer of an imported model with the model's own ids (``docnmt import-hf``).
+
+    Ids below ``first_piece`` are the model's specials (pad, unk, ``</s>``, ...), ids from
+    ``first_piece`` to ``n_pieces`` its ordinary pieces; the ids after them are ``extra``: first
+    the model's own extra tokens (language codes, ``<mask>``, unnamed rows), then the symbols
+    docnmt added at import, ``<start>`` (the decoder's start token, whose embedding is a copy of
+    the pretrained decoder start's) and docnmt's usual symbols. ``meta`` (``vocab.json``) says
+    which ids pad, unk and ``</s>`` are and how text is split (``tokenizer``):
+
+    * ``sentencepiece`` (Marian, M2M-100): pieces of ``source.spm`` (source side) or
+      ``target.spm`` (target side) looked up in ``pieces.json`` (the model's token of every id);
+      a leading ``>>xx<<`` language token is kept whole; detokenised as the model's tokenizer does
+      (``detok``: ``marian`` with the source model, ``sentencepiece`` with the target model);
+    * ``tokenizers`` (mBART, NLLB): ``tokenizer.json`` through the tokenizers library, without
+      its special tokens (``pip install docnmt[hf]``).
+    """
+
+    backend = "pretrained"
+
+    def __init__(self, meta: dict, files: dict[str, bytes]):
+        self.meta, self.files = dict(meta), dict(files)
+        self.pad, self.unk, self.eos = meta["pad"], meta["unk"], meta["eos"]
+        self.first_piece = meta["first_piece"]
+        self.kind = meta["tokenizer"]
+        if self.kind == "sentencepiece":
+            self.spm = {side: spm.SentencePieceProcessor(model_proto=files[f"{side}.spm"])
+                        for side in ("source", "target")}
+            self.pieces = json.loads(files["pieces.json"])
+            self.index = {p: i for i, p in enumerate(self.pieces[: meta["n_pieces"]])}
+        elif self.kind == "tokenizers":
+            try:
+                from tokenizers import Tokenizer
+            except ModuleNotFoundError:
+                raise ConfigError("this model's tokenizer needs the tokenizers library: "
+                                  "pip install docnmt[hf]") from None
+            self.tok = Tokenizer.from_str(files["tokenizer.json"].decode("utf-8"))
+        else:
+            raise ConfigError(f"unknown pretrained tokenizer {self.kind!r}")
+        super().__init__(meta["n_pieces"], meta["extra_symbols"])
+        self.bos = self.symbol_ids["<start>"]
+
+    @property
+    def word_ids(self) -> tuple[int, int]:
+        return self.first_piece, self.n_pieces
+
+    def is_special(self, i: int) -> bool:
+        return i < self.first_piece or i >= self.n_pieces
+
+    def encode_batch(self, texts: list[str], side: str = "src") -> list[list[int]]:
+        if self.kind == "tokenizers":
+            return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+        sp, index, unk = self.spm["source" if side == "src" else "target"], self.index, self.unk
+        out = []
+        for text in texts:
+            code = []
+            if text.startswith(">>") and "<<" in text:           # a Marian target-language token
+                end = text.index("<<") + 2
+                code, text = [index.get(text[:end], unk)], text[end:]
+            out.append(code + [index.get(p, unk) for p in sp.encode(text, out_type=str)])
+        return out
+
+    def _detokenize(self, ids: list[int], side: str) -> str:
+        if self.kind == "tokenizers":
+            text = self.tok.decode(ids, skip_special_tokens=True)
+        elif self.meta.get("detok") == "marian":
+            text = self.spm["source"].decode_pieces([self.pieces[i] for i in ids]).replace("\u2581", " ").strip()
+        else:
+            text = self.spm["target"].decode([self.pieces[i] for i in ids]).strip()
+        return clean_up_spaces(text) if self.meta.get("clean_up_spaces") else text
+
+    def _piece(self, i: int) -> str:
+        return self.tok.id_to_token(i) if self.kind == "tokenizers" else self.pieces[i]
+
+    def _save_files(self, directory: Path) -> None:
+        for name, data in self.files.items():
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            (directory / name).write_bytes(data)
+
+    def _meta(self) -> dict:
+        return {**{k: v for k, v in self.meta.items() if k not in ("backend", "extra_symbols")},
+                "files": sorted(self.files)}
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "PretrainedVocab":
+        """The vocabulary saved in ``directory``: ``vocab.json`` and the files it lists (the
+        tokenizer's, and the original model's tokenizer and configuration files under
+        ``hf_tokenizer/``, which export-hf writes back)."""
+        directory = Path(directory)
+        meta = read_meta(directory)
+        names = meta.get("files") or (["tokenizer.json"] if meta.get("tokenizer") == "tokenizers"
+                                      else ["source.spm", "target.spm", "pieces.json"])
+        require_files(directory, *names)
+        return cls(meta, {n: (directory / n).read_bytes() for n in names})

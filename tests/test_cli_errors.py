@@ -246,7 +246,7 @@ def test_out_of_range_settings_are_config_errors(key, value, words):
 
 def test_train_with_update_freq_0_names_the_setting(tmp_path, cli_error):
     message = cli_error("train", tmp_path / "data", "--save-dir", tmp_path / "m", "--update-freq", "0")
-    assert "update_freq must be at least 1" in message
+    assert "--update-freq must be at least 1, not 0" in message               # the flag typed, not the config key
     assert not (tmp_path / "m").exists()                    # nothing half-made left behind
 
 

@@ -180,7 +180,7 @@ def test_shared_embeddings_and_fused_loss():
 # ---- beams sharing their input's encoder memory (beam search) -------------------------------
 
 def _shared_memory_models():
-    from docnmt.methods import gtransformer, ptransformer
+    from docnmt.methods import context_transformer, gtransformer, ptransformer
     from docnmt.methods.length_bias import LengthAwareScale
     base = dict(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
     yield "transformer", Transformer(ModelConfig(**base))
@@ -190,13 +190,16 @@ def _shared_memory_models():
     yield "p-transformer", ptransformer.build(ModelConfig(**base))
     options = gtransformer.GTransformerOptions(combined_cross=1)
     yield "g-transformer", gtransformer.build(ModelConfig(**base), options, 2, 49)
+    yield "context-transformer", context_transformer.build(ModelConfig(**base))
 
 
-@pytest.mark.parametrize("name", ["transformer", "length-aware", "p-transformer", "g-transformer"])
+@pytest.mark.parametrize("name", ["transformer", "length-aware", "p-transformer", "g-transformer",
+                                  "context-transformer"])
 def test_beams_sharing_memory_equal_beams_with_copies(name):
     """Beam search keeps one encoder memory row per input (cross-attention folds the beams into
     its query axis, or copies the keys where the spec differs per row); incremental decoding
-    through reorders and dropped inputs gives the states of per-beam copies."""
+    through reorders and dropped inputs gives the states of per-beam copies (and so does the
+    context attention, over one padded context row per input)."""
     model = dict(_shared_memory_models())[name].eval()
     if name == "length-aware":
         model.length_scale.set_means(7.0, 9.0)
@@ -207,8 +210,10 @@ def test_beams_sharing_memory_equal_beams_with_copies(name):
     src[:, 0] = 2
     tgt = torch.randint(2, 50, (B * K, T))
     tgt[:, 0] = 2
+    ctx = torch.randint(4, 50, (B, B * K))        # as wide as the decoder batch is deep
+    ctx[1:, 4:] = 0                               # inputs 1 and 2 have a padded context, input 0 not
     with torch.no_grad():
-        enc = model.encode(src)
+        enc = model.encode(src, ctx=ctx) if name == "context-transformer" else model.encode(src)
         copies, shared = enc.select(torch.arange(B).repeat_interleave(K)), enc.expand_beams(K)
         assert shared.memory.size(0) == B and copies.memory.size(0) == B * K
         c_copies, c_shared = {}, {}

@@ -8,7 +8,7 @@ import torch
 
 from _tiny import tiny_config
 from docnmt.methods import build_model
-from docnmt.probe import REL_RANGE, States, encoder_states, sample_pairs, table, task_data
+from docnmt.probe import ABS_CLASSES, REL_RANGE, States, encoder_states, sample_pairs, score, table, task_data
 from docnmt.readers import read_documents
 from docnmt.train import Trainer
 from docnmt.translate import Translator
@@ -53,6 +53,34 @@ def test_every_layer_is_probed_on_the_same_subsample():
     second = task_data(st, "relative", 1, np.random.default_rng([1, 0]), 20)
     torch.testing.assert_close(second[0], 2 * first[0])                 # layer 1 is layer 0 × 2
     assert torch.equal(first[1], second[1]) and torch.equal(first[2], second[2])
+
+
+def fixed_probe(n_classes):
+    """A probe whose prediction is the index of the largest input feature (identity weights)."""
+    probe = torch.nn.Linear(n_classes, n_classes)
+    with torch.no_grad():
+        probe.weight.copy_(torch.eye(n_classes))
+        probe.bias.zero_()
+    return probe
+
+
+def test_scores_exact_and_within_three_positions():
+    """Absolute task: exact accuracy, and ±3 accuracy counting |prediction − position| <= 3 only."""
+    y = torch.full((8,), 100)
+    off = torch.tensor([0, 3, -3, 4, -4, 30, -30, 1])           # prediction − position
+    pred = y + off
+    x = torch.nn.functional.one_hot(pred, ABS_CLASSES).float()
+    out = score(fixed_probe(ABS_CLASSES), (x, y, y), "absolute")
+    assert out == {"accuracy": 1 / 8, "n": 8, "accuracy_pm3": 4 / 8}          # 0, 3, −3 and 1
+
+
+def test_scores_pair_tasks_per_distance():
+    classes = 2 * REL_RANGE
+    y = torch.tensor([0, 1, 2, 3])
+    pred = torch.tensor([0, 9, 2, 9])
+    dist = torch.tensor([-2, -2, 5, 7])
+    out = score(fixed_probe(classes), (torch.nn.functional.one_hot(pred, classes).float(), y, dist), "relative")
+    assert out == {"accuracy": 0.5, "n": 4, "by_distance": {-2: 0.5, 5: 1.0, 7: 0.0}}
 
 
 def test_table_lists_every_layer_of_every_model():

@@ -129,6 +129,54 @@ def test_no_repeat_ngram_bans_the_tokens_that_complete_a_seen_ngram():
         NoRepeatNgram(0, (4, 500))
 
 
+def test_no_repeat_ngram_edges():
+    """A hypothesis exactly n tokens long already holds an n-gram; word pieces are the ids in
+    [first, end): the first counts, the end does not."""
+    from docnmt.search import NoRepeatNgram
+    lprobs = torch.zeros(3, 50)
+    tokens = torch.tensor([[7, 7], [4, 4], [10, 10]])
+    NoRepeatNgram(2, (4, 10))(1, tokens, lprobs, torch.arange(3), torch.full((3,), 9))
+    assert torch.isinf(lprobs).nonzero().tolist() == [[0, 7], [1, 4]]     # "7 7", "4 4" again; 10 is no word
+
+
+def test_with_processor_appends_to_the_search_arguments():
+    from docnmt.search import with_processor
+    first, second = object(), object()
+    assert with_processor({"processors": [first], "max_len": 5}, second) == {"processors": [first, second],
+                                                                            "max_len": 5}
+    assert with_processor({}, second) == {"processors": [second]}
+
+
+def test_forced_token_zero_is_forced_too():
+    """Only -1 marks the end of a shorter prefix: id 0 is a token like any other (an imported
+    model's vocabulary may start with a real token)."""
+    from docnmt.search import _force_prefix, _prefix_tensor
+    forced = _prefix_tensor([[0, 5], [6]], 2, "cpu")
+    assert forced.tolist() == [[0, 5], [6, -1]]
+    lprobs = torch.zeros(2, 8)
+    _force_prefix(lprobs, forced, 1)
+    assert lprobs[0].tolist() == [float("-inf")] * 5 + [0.0] + [float("-inf")] * 2 and not lprobs[1].isinf().any()
+    lprobs = torch.zeros(2, 8)
+    _force_prefix(lprobs, forced, 0)
+    assert torch.isfinite(lprobs).nonzero().tolist() == [[0, 0], [1, 6]]
+
+
+def test_next_token_log_probabilities_are_fp32_with_a_bf16_model():
+    """Rows whose next token is forced skip the output layer; the others get fp32
+    log-probabilities, also from a bf16 model."""
+    from docnmt.model import ModelConfig, Transformer
+    from docnmt.search import _next_lprobs
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=50, d_model=16, heads=2, ffn_dim=32, encoder_layers=1,
+                                    decoder_layers=1)).to(torch.bfloat16)
+    hidden = torch.randn(3, 16, dtype=torch.bfloat16)
+    for forced in ([False, True, False], [False, False, False]):
+        out = _next_lprobs(model, hidden, torch.tensor(forced))
+        assert out.dtype == torch.float32 and out.shape == (3, 50)
+        assert out[1].isinf().all() == forced[1]
+        torch.testing.assert_close(out[0].exp().sum(), torch.tensor(1.0), rtol=1e-2, atol=1e-2)
+
+
 def test_no_repeat_ngram_in_beam_search_and_translate(trained, monkeypatch):
     """The undertrained model loops; with the processor no hypothesis repeats a bigram, and
     ``decode.no_repeat_ngram_size`` puts it into every search of :meth:`Translator.translate`."""
@@ -226,7 +274,7 @@ def test_gnmt_length_penalty():
     from docnmt.search import length_penalty
     assert length_penalty(7, SearchConfig(lenpen=0.6, lenpen_style="gnmt")) == pytest.approx((12 / 6) ** 0.6)
     assert length_penalty(7, SearchConfig(lenpen=1.0)) == 7
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^unknown lenpen_style 'other'; choose one of fairseq, gnmt$"):
         length_penalty(7, SearchConfig(lenpen_style="other"))
 
 
@@ -266,13 +314,17 @@ def test_a_shared_prefix_runs_once_per_input_with_the_same_result(method, monkey
     prefix = [[7, 8, 9, 10, 11, 2, 12], [13, 14, 15, 16], [17, 18, 19, 20, 21]]
     if method == "gtransformer":                       # sentences of the group format: <s> … </s>
         prefix = [[2, 7, 8, 3, 2, 9], [2, 10, 11, 3], [2, 12, 13, 14, 3]]
-    runs = []
+    runs, calls, decode = [], [], model.decode
+    monkeypatch.setattr(model, "decode", lambda tokens, enc, cache=None: calls.append(
+        (tuple(tokens.shape), None if cache is None else cache.get("_len", 0))) or decode(tokens, enc, cache))
     for shared in (True, False):
         if not shared:   # the prefix then goes through the decoder with the first step, once per beam
             monkeypatch.setattr(search, "_prefill", lambda *args: None)
         out = beam_search(model, src, SearchConfig(beam=3, max_len_b=5, nbest=3), 2, 3, banned=[0],
                           prefix=prefix, inputs=inputs)
         runs.append(out)
+        if shared:       # <s> and the 3 forced tokens every input has, once per input, into the cache
+            assert calls[0] == ((3, 4), 0) and calls[1][0] == (9, 5) and calls[1][1] > 0
     for a, b in zip(*runs):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], rel=1e-5)

@@ -115,6 +115,8 @@ class ModeConfig:
     dls: bool = False                # doc2doc: dynamic length sampling of training segments
                                      # (docs/methods/length_bias.md#dynamic-length-sampling)
     dls_start_epoch: int = 20        # k of T = exp(epoch − k)
+    dls_adaptive: bool = True        # false: T = ∞ in every epoch, lengths drawn uniformly (the fixed-temperature
+                                     # ablation, docs/methods/length_bias.md#the-papers-ablations)
     dls_epoch_offset: int = 0        # epochs of the DLS curriculum already behind a fine-tuned model:
                                      # epoch e samples as e + this
     batch_order: str = "sorted"      # sorted: length buckets | ordered: runs of consecutive instances, whole

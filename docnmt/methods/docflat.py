@@ -24,16 +24,21 @@ below (``df-…``) are anchors of that page, e.g. docs/methods/docflat.md#df-fla
   ``context`` previous sentences on both sides, each sentence as ``<sepj> w… </s>`` with j its
   index in the document (``df-index-tokens``, ``df-sentence-end``); batches are runs of
   consecutive pseudo-documents (``data.batch_order: ordered``, docs/methods/docflat.md#batching-and-ordering).
+  The paper's data-shuffling ablation (``shuffled_data: true`` with ``data.batch_order: sorted``)
+  trains on shuffled, length-bucketed batches instead and still decodes consecutive batches.
 * Decoding (:meth:`docnmt.translate.Translator.translate`) is two-pass
   (docs/methods/docflat.md#decoding-two-passes-batch-by-batch): each batch of
   ``decode.max_sentences`` consecutive sentences is translated sentence by sentence, then
   every pseudo-document is decoded with its context's first-pass translation forced as the
   target prefix, the current sentences of a batch together. In beam search the decoder FBA of
   the hypothesis of rank r of an instance attends to the rank-r hypotheses of all instances of
-  the batch (``df-beams``); an instance whose search has finished leaves that context.
+  the batch (``df-beams``); an instance whose search has finished leaves that context. What
+  translated pass 1 (the model itself, a sentence model, a file) is logged as a warning when it
+  is the model itself, and recorded in the coverage report (``first_pass``).
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -51,6 +56,8 @@ from ..ops import Linear
 from ..readers import DOC_MARK, read_text
 from ..vocab import Vocab
 from .base import Method, Walk
+
+log = logging.getLogger("docnmt.docflat")
 
 GATES = ("continuous", "discrete", "identity")
 BLOCKS = ("fba", "abd", "mbe")
@@ -70,6 +77,8 @@ class DocFlatOptions:
     flat_gamma: float = 0.5           # threshold of the discrete gate
     flat_dec_mask: str = "flattened"  # flattened: causal over the flattened batch | time_aligned: over time steps
     flat_scope: str = "all"           # all: every token of the batch | current: others' current sentences only
+    shuffled_data: bool = False       # the paper's data-shuffling ablation: train on shuffled, length-bucketed
+                                      # batches (with data.batch_order: sorted); decoding stays consecutive
 
     def __post_init__(self):
         for value, allowed, key in ((self.flat_gate, GATES, "flat_gate"),
@@ -419,24 +428,39 @@ class TwoPass(Walk):
     context in the pseudo-document, the batch still as the flat-batch context), by this model,
     by the sentence model whose directory ``decode.first_pass`` names, or read from the file it
     names; pass 2 decodes every pseudo-document with its context's first-pass translation forced
-    as the target prefix, generating only the current sentence."""
+    as the target prefix, generating only the current sentence. Both passes decode batches of
+    consecutive sentences, also for a model trained on shuffled batches (``shuffled_data``).
+    ``used`` says what translated pass 1, for the coverage report."""
+
+    used: dict | None = None
 
     def rounds(self, translator, corpus, search):
         rows = build_instances(corpus, translator.cfg.data, training=False)
-        first = [] if getattr(search, "first_pass", "") else [(sent_instances(corpus), np.arange(corpus.n_sents))]
-        return first + [(rows, rows[:, 1] - 1)]
+        if getattr(search, "first_pass", ""):
+            return [(rows, rows[:, 1] - 1)]
+        log.warning("two-pass decoding: pass 1 is translated by this document model itself (one-sentence "
+                    "pseudo-documents); the paper uses a sentence model: --first-pass SENTENCE_MODEL_DIR "
+                    "(docs/methods/docflat.md#decoding-two-passes-batch-by-batch)")
+        return [(sent_instances(corpus), np.arange(corpus.n_sents)), (rows, rows[:, 1] - 1)]
 
     def run(self, translator, docs, corpus, rounds, search, decode) -> None:
-        first = self.first_pass(translator, docs, corpus, search, decode)
-        rows, new_from = rounds[-1]
-        decode(rows, new_from, forced_from=first)
+        cfg = translator.cfg
+        if cfg.data.batch_order == "sorted":        # trained on shuffled batches: decode consecutive ones
+            translator.cfg = cfg.override({"data.batch_order": "ordered"})
+        try:
+            first = self.first_pass(translator, docs, corpus, search, decode)
+            rows, new_from = rounds[-1]
+            decode(rows, new_from, forced_from=first)
+        finally:
+            translator.cfg = cfg
 
-    @staticmethod
-    def first_pass(translator, docs, corpus, search, decode) -> list[list[list[int]]]:
+    def first_pass(self, translator, docs, corpus, search, decode) -> list[list[list[int]]]:
         """Pass 1: one list of token ids per sentence (other output is re-encoded with this
         vocabulary; a file holds one translation per input sentence, in order, ``<d>`` lines
-        skipped: what ``docnmt translate`` writes)."""
+        skipped: what ``docnmt translate`` writes). Sets ``used``."""
         path = getattr(search, "first_pass", "")
+        self.used = {"by": "model" if not path else "sentence_model" if Path(path).is_dir() else "file",
+                     "path": str(path) if path else None}
         if not path:
             outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
             rows = sent_instances(corpus)
@@ -470,9 +494,14 @@ def _build(cfg: ModelConfig, opts: DocFlatOptions, vocab: Vocab) -> Transformer:
 
 
 def _check(cfg) -> None:
-    if cfg.data.mode != "pseudodoc" or cfg.data.batch_order == "sorted":
-        raise ConfigError("a DocFlat model needs pseudo-documents in ordered batches "
-                          "(data.mode: pseudodoc, data.batch_order: ordered or strict)")
+    if cfg.data.mode != "pseudodoc":
+        raise ConfigError("a DocFlat model needs pseudo-documents (data.mode: pseudodoc)")
+    if cfg.method.shuffled_data and cfg.data.batch_order != "sorted":
+        raise ConfigError("method.shuffled_data (the data-shuffling ablation) trains on shuffled batches: "
+                          "set data.batch_order: sorted")
+    if cfg.data.batch_order == "sorted" and not cfg.method.shuffled_data:
+        raise ConfigError("a DocFlat model needs pseudo-documents in ordered batches (data.batch_order: ordered "
+                          "or strict; sorted only with method.shuffled_data: true, the data-shuffling ablation)")
 
 
 METHOD = Method("docflat", _build, DocFlatOptions, check=_check, formats={"global_index": GlobalIndexJoiner},

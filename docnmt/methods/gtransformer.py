@@ -20,10 +20,13 @@ Its pieces, each an extension point of :mod:`docnmt.model`, :mod:`docnmt.data` o
   ``<s> … </s>``; decoding starts from EOD like training does.
 
 Settings (the ``method:`` section, :class:`GTransformerOptions`): how many top layers of each
-attention kind get combined attention, and the paper's ablations (``group_ablation``, the paper's Tables 3, 5 and 6):
+attention kind get combined attention, and the paper's ablations (``group_ablation``; which row
+of the paper's Tables 3, 5 and 6 each one is: docs/methods/gtransformer.md#ablations):
 ``only_group`` (no global attention anywhere), ``only_global`` (the top layers use global
 attention alone, the lower ones group attention), ``no_target_context`` (no global branch in
-decoder self-attention), ``no_source_context`` (none in encoder self- and cross-attention).
+decoder self-attention), ``no_source_context`` (none in encoder self- and cross-attention),
+``no_language_locality`` (encoder and decoder self-attention global in every layer, no group
+mask), ``no_translation_locality`` (cross-attention global in every layer).
 """
 from __future__ import annotations
 
@@ -41,7 +44,10 @@ from ..ops import Linear
 from ..vocab import Vocab
 from .base import Method
 
-ABLATIONS = ("none", "only_group", "only_global", "no_target_context", "no_source_context")
+ABLATIONS = ("none", "only_group", "only_global", "no_target_context", "no_source_context",
+             "no_language_locality", "no_translation_locality")
+# the locality ablations: attention kinds that lose their group mask in every layer (plain global attention)
+UNGROUPED = {"no_language_locality": ("enc_self", "dec_self"), "no_translation_locality": ("cross",)}
 
 
 @dataclass
@@ -52,6 +58,7 @@ class GTransformerOptions:
     combined_dec_self: int = 2      # the same for decoder self-attention
     combined_cross: int = 2         # the same for cross-attention
     group_ablation: str = "none"    # none | only_group | only_global | no_target_context | no_source_context
+                                    # | no_language_locality | no_translation_locality
 
     def __post_init__(self):
         if self.group_ablation not in ABLATIONS:
@@ -125,6 +132,8 @@ def layer_builders(opts: GTransformerOptions):
     counts = combined_counts(opts)
 
     def attention(cfg: ModelConfig, kind: str, name: str, i: int, n_layers: int, cross: bool = False):
+        if kind in UNGROUPED.get(opts.group_ablation, ()):
+            return AttentionSublayer(cfg, kind + "_global", name, cross)          # no group mask at all
         if i < n_layers - counts[kind]:
             return AttentionSublayer(cfg, kind, name, cross)                     # group attention
         if opts.group_ablation == "only_global":

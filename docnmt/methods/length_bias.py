@@ -3,7 +3,9 @@ any model:
 
 * **dynamic length sampling** (``data.dls``): every epoch, training documents are cut into
   segments of sampled lengths, short ones first, growing over the epochs
-  (:func:`training_rows` replaces the mode's fixed instances in training);
+  (:func:`training_rows` replaces the mode's fixed instances in training); with
+  ``data.dls_adaptive: false`` (the paper's fixed-temperature ablation) the lengths are drawn
+  uniformly in every epoch instead;
 * **length-aware attention** (``model.length_aware``): every attention's logits scaled by
   log n / log n̄ (:class:`LengthAwareScale`, attached to the model as ``model.length_scale``);
 * **sliding decoding** (``decode.sliding``) and the sentence-count constraint
@@ -44,8 +46,12 @@ def dls_probabilities(temperature: float, max_length: int) -> np.ndarray:
     return p / p.sum()
 
 
-def dls_temperature(epoch: int, start_epoch: int) -> float:
-    """Epoch 1: T = 0 (sentence level); epoch e ≥ 2: T = exp(e − k) (docs/methods/length_bias.md#lb-temperature)."""
+def dls_temperature(epoch: int, start_epoch: int, adaptive: bool = True) -> float:
+    """Epoch 1: T = 0 (sentence level); epoch e ≥ 2: T = exp(e − k) (docs/methods/length_bias.md#lb-temperature).
+    Not ``adaptive`` (the fixed-temperature ablation): T = ∞ in every epoch, epoch 1 included, which makes
+    p_T uniform over 0 … L−1, as the released code's ``adaptive_sample: false``."""
+    if not adaptive:
+        return float("inf")
     return 0.0 if epoch <= 1 else float(np.exp(epoch - start_epoch))
 
 
@@ -70,13 +76,13 @@ def dls_segments(src_costs: np.ndarray, tgt_costs: np.ndarray, start: int, end: 
 
 
 def dls_instances(corpus: Corpus, epoch: int, seed: int, start_epoch: int, max_length: int,
-                  max_sents: int = 1000, marks: int = 1) -> np.ndarray:
+                  max_sents: int = 1000, marks: int = 1, adaptive: bool = True) -> np.ndarray:
     """Dynamic length sampling: this epoch's segmentation of every training document, drawn
-    with p_T(l) at T = dls_temperature(epoch) from an RNG seeded by (seed, epoch): the same on
+    with p_T(l) at T = dls_temperature(epoch, start_epoch, adaptive) from an RNG seeded by (seed, epoch): the same on
     every process and after a resume. A sentence costs its tokens plus the ``marks`` tokens
     its format adds to it (``Joiner.overhead`` of one sentence: the separator or end token it
     carries; G-Transformer's ``<s> … </s>``)."""
-    p = dls_probabilities(dls_temperature(epoch, start_epoch), max_length)
+    p = dls_probabilities(dls_temperature(epoch, start_epoch, adaptive), max_length)
     rng = np.random.default_rng([seed, epoch])
     src = corpus.src.lengths + marks
     tgt = src if corpus.tgt is None else corpus.tgt.lengths + marks
@@ -97,7 +103,7 @@ def training_rows(corpus: Corpus, mode: ModeConfig, epoch: int, seed: int, marks
         raise ConfigError("data.dls samples segment lengths below data.max_instance_tokens: set it "
                           f"above 0 for training (it is {mode.max_instance_tokens}, whole documents)")
     rows = dls_instances(corpus, epoch + mode.dls_epoch_offset, seed, mode.dls_start_epoch, mode.max_instance_tokens,
-                         mode.max_instance_sents, marks=marks)
+                         mode.max_instance_sents, marks=marks, adaptive=mode.dls_adaptive)
     return filter_training_documents(corpus, with_sentences(corpus, rows, mode), mode)
 
 
@@ -120,13 +126,13 @@ def plot_dls_lengths(corpus: Corpus, mode: ModeConfig, seed: int, last_epoch: in
     for e in epochs:
         rows = training_rows(corpus, replace(mode, mix_sentences=False), int(e), seed, marks)
         lengths = csum[rows[:, 1]] - csum[rows[:, 0]]
+        t = dls_temperature(int(e) + mode.dls_epoch_offset, mode.dls_start_epoch, mode.dls_adaptive)
         ax.hist(lengths, bins=bins, histtype="step", density=True,
-                label=f"epoch {e} (T={dls_temperature(int(e) + mode.dls_epoch_offset, mode.dls_start_epoch):.3g}, "
-                      f"mean {lengths.mean():.0f})")
+                label=f"epoch {e} (T={t:.3g}, mean {lengths.mean():.0f})")
     ax.set_xlabel("segment length (source tokens)")
     ax.set_ylabel("density")
     ax.set_yscale("log")
-    ax.set_title("dynamic length sampling")
+    ax.set_title("dynamic length sampling" + ("" if mode.dls_adaptive else ", fixed T = ∞ (uniform budgets)"))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -1,8 +1,11 @@
 """The CUDA paths: bf16 training of every preset, FlexAttention against the reference attention,
 incremental decoding, batched decoding and ``torchrun`` resumption on the GPU.
 
-Run on a GPU by ``bench/gpu/run.sh`` (its "correctness" stage); on the CPU with
-``DOCNMT_CUDA_TESTS_ON_CPU=1`` at small sizes (see conftest.py here).
+Every test here is marked ``cuda`` (tests/conftest.py). Run on a GPU by ``bench/gpu/run.sh`` (its
+"correctness" stage); skipped without CUDA; ``DOCNMT_CUDA_TESTS_ON_CPU=1`` runs them on the CPU at
+small sizes (the dry run), so their code keeps working while no GPU is around. (No conftest.py in
+this folder: a second module named ``conftest`` would shadow tests/conftest.py for ``from conftest
+import``.)
 """
 from __future__ import annotations
 
@@ -28,6 +31,16 @@ TOKENS = [1024, 4096, 16384] if ON_GPU else [64, 200]
 # FlexAttention against the explicit softmax: fp32 differs by summation order only; bf16 inputs
 # round q, k, v and the output to 8 mantissa bits (relative error ~ 2^-8 per element)
 TOL = {torch.float32: dict(rtol=1e-3, atol=2e-4), torch.bfloat16: dict(rtol=4e-2, atol=2e-2)}
+
+
+@pytest.fixture(scope="session")
+def device() -> torch.device:
+    """CUDA; the CPU under ``DOCNMT_CUDA_TESTS_ON_CPU=1`` (the dry run); else the test is skipped."""
+    if os.environ.get("DOCNMT_CUDA_TESTS_ON_CPU"):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA (DOCNMT_CUDA_TESTS_ON_CPU=1 runs these checks on the CPU at small sizes)")
+    return torch.device("cuda")
 
 
 # ---- every preset trains in bf16 -------------------------------------------------------------

@@ -74,7 +74,7 @@ def test_no_repeat_ngram_flag_on_a_document_model(run, capsys):
     out = read_documents(str(hyp), fmt="marker", allow_empty=True)
     assert [len(d.src) for d in out] == [len(d.src) for d in read_documents(f"{prefix}.en")]
     assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "--no-repeat-ngram-size", "-1", "-q"]) == 2
-    assert "no_repeat_ngram_size must be at least 0" in capsys.readouterr().err
+    assert "--no-repeat-ngram-size must be at least 0" in capsys.readouterr().err
 
 
 def test_translate_stdin_to_jsonl_greedy(run, capsys, monkeypatch):
@@ -90,6 +90,10 @@ def test_average_and_translate_with_it(run, capsys):
     assert main(["average", str(root / "model"), "--last", "3"]) == 0
     assert (root / "model" / "averaged.safetensors").exists()
     assert main(["average", str(root / "model"), "--last", "3"]) == 2          # no silent overwrite
+    capsys.readouterr()
+    assert main(["average", str(root / "model"), "--last", "500", "-o", str(root / "all.safetensors")]) == 0
+    err = capsys.readouterr().err
+    assert "WARNING: --last 500 asked for" in err and "averaging those" in err   # fewer than asked: said so
     assert main(["translate", str(root / "model"), "-i", f"{prefix}.en", "--checkpoint",
                  str(root / "model" / "averaged.safetensors"), "-q", "--beam", "1"]) == 0
 

@@ -3,13 +3,16 @@ input, gate, two-step training."""
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from _tiny import assert_incremental_equals_full, random_pair, tiny_config, translate_checked
+from docnmt import methods
+from docnmt.attention import AttnSpec
 from docnmt.data import InstanceSet, sent_instances
 from docnmt.errors import ConfigError
 from docnmt.methods import make_joiner
-from docnmt.methods.context_transformer import ContextOptions, GatedContextSublayer, build
-from docnmt.model import ModelConfig
+from docnmt.methods.context_transformer import ContextOptions, ContextTransformer, GatedContextSublayer, build
+from docnmt.model import AttentionPolicy, ModelConfig, State, Transformer
 from docnmt.train import Trainer
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
@@ -82,6 +85,107 @@ def test_incremental_decoding_with_context_equals_full():
         other = model.decode(tgt, model.encode(src, ctx=torch.flip(ctx, [1])))
         assert not torch.allclose(other, model.decode(tgt, model.encode(src, ctx=ctx)))
     assert isinstance(model.encoder.layers[0].inserted["1"], GatedContextSublayer)
+
+
+def context_batch(seed=0):
+    """A source batch, decoder input and a context batch whose first row is padded."""
+    src, tgt = random_pair(seed)
+    ctx = torch.randint(4, 50, (2, 6), generator=torch.Generator().manual_seed(seed))
+    ctx[0, 3:] = 0
+    return src, tgt, ctx
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_layer_structure_names_and_gates(gate):
+    """Gated context attention right after self-attention in every layer (the plain residual
+    with ``context_gate: false``), named per layer like the other attentions; the context
+    encoder has ``context_layers`` layers; settings reach the new sublayers."""
+    model = build(CFG, ContextOptions(context_gate=gate, context_layers=2))
+    for side, layers in (("enc", model.encoder.layers), ("dec", model.decoder.layers)):
+        for i, layer in enumerate(layers):
+            sub = layer.inserted["1"]
+            assert list(layer.inserted) == ["1"] and sub.gated == gate and hasattr(sub, "gate_input") == gate
+            assert (sub.attn.name, layer.sublayers[0].attn.name) == (f"{side}.{i}.context", f"{side}.{i}.self")
+    assert [layer.sublayers[0].attn.name for layer in model.context_encoder.layers] == ["ctx.0.self", "ctx.1.self"]
+    policy = AttentionPolicy(CFG)
+    assert ContextTransformer(CFG, policy=policy).policy is policy
+    other = ModelConfig(**{**vars(CFG), "attention_dropout": 0.3, "pre_norm": True})
+    sub = GatedContextSublayer(other, "enc.0.context")
+    assert sub.attn.dropout == 0.3 and sub.pre_norm is True
+
+
+def test_silenced_context_attention_leaves_the_sentence_model():
+    """Two-step training's premise: the sentence model's parameters keep their names, and with
+    the context attention's output at zero (plain residual) the model computes what the sentence
+    Transformer with those weights computes."""
+    torch.manual_seed(0)
+    model = build(CFG, ContextOptions(context_gate=False)).eval()
+    plain = Transformer(CFG).eval()
+    missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
+    assert not missing and all(".inserted." in k or k.startswith("context_encoder.") for k in unexpected)
+    with torch.no_grad():
+        for layer in [*model.encoder.layers, *model.decoder.layers]:
+            layer.inserted["1"].attn.out_proj.weight.zero_()
+            layer.inserted["1"].attn.out_proj.bias.zero_()
+        src, tgt, ctx = context_batch()
+        torch.testing.assert_close(model(src, tgt, ctx=ctx), plain(src, tgt), rtol=1e-4, atol=1e-4)
+
+
+def test_context_padding_changes_nothing():
+    """Neither the context encoder nor the context attention reads padded context positions."""
+    torch.manual_seed(0)
+    model = build(CFG).eval()
+    src, tgt, ctx = context_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(model(src, tgt, ctx=F.pad(ctx, (0, 4))), model(src, tgt, ctx=ctx),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_context_encoder_reads_the_embedding_without_dropout():
+    """The context encoder runs its layers over the source embedding of the context, without
+    the embedding's dropout even in training (docs/methods/context_transformer.md#context-encoder)."""
+    torch.manual_seed(0)
+    model = build(ModelConfig(**{**vars(CFG), "dropout": 0.5}), ContextOptions(context_layers=2)).train()
+    for layer in model.context_encoder.layers:
+        layer.eval()                           # only the embedding's dropout could still differ
+    _, _, ctx = context_batch()
+    with torch.no_grad():
+        first, second = model.encode_extra(ctx=ctx), model.encode_extra(ctx=ctx)
+        torch.testing.assert_close(first["context"], second["context"])
+        x = model.encoder.embed(ctx, dropout=False)
+        assert not torch.allclose(first["context"], x)                   # the layers change it
+        state = State({"enc_self": AttnSpec(mask=ctx.eq(0)[:, None, None, :])})
+        for layer in model.context_encoder.layers:
+            x = layer(x, state)
+        torch.testing.assert_close(first["context"], x)
+    assert torch.equal(first["context_pad"], ctx.eq(0))
+
+
+def test_context_keys_and_values_are_projected_once_while_decoding(monkeypatch):
+    """In incremental decoding each context attention projects the encoded context to keys and
+    values at the first step only (its cache entry); later steps project just their query."""
+    torch.manual_seed(0)
+    model = build(CFG).eval()
+    src, tgt, ctx = context_batch()
+    attn = model.decoder.layers[1].inserted["1"].attn
+    parts, project = [], attn.project
+    monkeypatch.setattr(attn, "project", lambda x, part: parts.append((part.start, part.stop)) or project(x, part))
+    with torch.no_grad():
+        enc, cache = model.encode(src, ctx=ctx), {}
+        for t in range(4):
+            model.decode(tgt[:, : t + 1], enc, cache)
+    assert parts == [(0, 1), (1, 3), (0, 1), (0, 1), (0, 1)]
+
+
+def test_errors_say_what_is_needed():
+    with pytest.raises(ConfigError, match="unknown context_in 'nowhere'; choose one of both, encoder, decoder"):
+        ContextOptions(context_in="nowhere")
+    with pytest.raises(ConfigError, match=r"^a context-encoder Transformer needs a context input \(data.context_input"):
+        build(CFG).encode(torch.ones(1, 3, dtype=torch.long))
+    cfg = tiny_config("sent2sent").override({"method.name": "context_transformer", "data.context_input": 0})
+    with pytest.raises(ConfigError, match=r"^a context-encoder Transformer needs data.context_input > 0 \(previous"):
+        methods.check(cfg)
+    methods.check(cfg.override({"data.context_input": 1}))
 
 
 @pytest.mark.slow

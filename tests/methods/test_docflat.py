@@ -1,5 +1,6 @@
 """DocFlat (docs/methods/docflat.md, its "Tests" section): flat-batch attention, context gate, pseudo-documents, ordered
 batches, rank-aligned decoder FBA and two-pass decoding."""
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -60,10 +61,11 @@ def test_flatten_unflatten_round_trip():
     assert back[pad].abs().sum() == 0
 
 
-@pytest.mark.parametrize("side", ["enc", "dec"])
-def test_pads_are_never_attended(side):
+@pytest.mark.parametrize("side,m", [("enc", 6), ("dec", 6), ("enc", 40)])
+def test_pads_are_never_attended(side, m):
+    """Also for instances longer than the model width (m = 40 > d = 32)."""
     sub = fba(OPTS, side)
-    x, pad = batch()
+    x, pad = batch(m=m)
     y = x.clone()
     y[pad] = 100 * torch.randn(int(pad.sum()), 32)        # whatever sits at pad positions
     a, b = run(sub, x, pad), run(sub, y, pad)
@@ -103,6 +105,7 @@ def test_discrete_gate_straight_through():
     s = torch.tensor([-1.0, 0.2, 3.0], requires_grad=True)
     g = docflat.discrete_gate(torch.sigmoid(s), 0.5)
     assert g.tolist() == [0.0, 1.0, 1.0]
+    assert docflat.discrete_gate(torch.tensor([0.5, 0.49]), 0.5).tolist() == [1.0, 0.0]      # g ≥ γ opens
     g.sum().backward()
     torch.testing.assert_close(s.grad, torch.sigmoid(s) * (1 - torch.sigmoid(s)))
     model = docflat.build(CFG, cfg_with(flat_gate="discrete"))
@@ -112,6 +115,27 @@ def test_discrete_gate_straight_through():
     loss.backward()
     gate = model.encoder.layers[0].inserted["0"].gate
     assert gate.weight.grad.abs().sum() > 0               # the gate learns through the indicator
+
+
+@pytest.mark.parametrize("gate", ["continuous", "discrete", "identity"])
+def test_context_gate_is_computed_from_the_flat_batch_output(gate):
+    """The neural context gate reads Ĥ, the flat-batch attention's output, not the embeddings H:
+    g = σ(ψ(Ĥ)) (1[g ≥ γ] when discrete), H' = LN((1 − g) ⊙ H + g ⊙ Ĥ), by hand; DocFlat_I has
+    no gate: H' = LN(H + Ĥ)."""
+    sub = fba(cfg_with(flat_gate=gate), "enc")
+    x, pad = batch()
+    state = State({"enc_fba": docflat.AttnSpec(mask=pad[:, None, None, :])})
+    with torch.no_grad():
+        h_hat = sub.transform(x, state)
+        if gate == "identity":
+            assert not hasattr(sub, "gate")
+            torch.testing.assert_close(sub(x, state), sub.norm(x + h_hat))
+            return
+        g = torch.sigmoid(sub.gate(h_hat))
+        if gate == "discrete":
+            g = (g >= OPTS.flat_gamma).float()
+            assert 0 < g.mean() < 1                        # open and closed channels both occur
+        torch.testing.assert_close(sub(x, state), sub.norm((1 - g) * x + g * h_hat))
 
 
 def test_closed_gate_makes_instances_independent():
@@ -225,11 +249,32 @@ def test_incremental_flattened_decoding_is_causal_over_instances():
 
 
 def test_unknown_options_are_config_errors():
-    for kw in ({"flat_gate": "soft"}, {"flat_dec_mask": "x"}, {"flat_sides": "none"}, {"flat_scope": "x"}):
-        with pytest.raises(ConfigError):
-            docflat.build(CFG, cfg_with(**kw))
-    with pytest.raises(ConfigError):                      # the current sentence is found by its index token
-        docflat.build(CFG, cfg_with(flat_scope="current"))
+    for key, allowed in (("flat_gate", docflat.GATES), ("flat_dec_mask", docflat.DEC_MASKS),
+                         ("flat_sides", docflat.SIDES), ("flat_block", docflat.BLOCKS), ("flat_scope", docflat.SCOPES)):
+        with pytest.raises(ConfigError, match=f"^unknown {key} 'x'; choose one of {re.escape(', '.join(allowed))}$"):
+            docflat.build(CFG, cfg_with(**{key: "x"}))
+    with pytest.raises(ConfigError, match=r"^the ABD baseline is an encoder-side block: set method.flat_sides: enc"):
+        cfg_with(flat_block="abd")
+    with pytest.raises(ConfigError, match=r"^flat_scope: current needs the ids of the index tokens <sepj> "
+                                          r"\(docflat.build\(..., sep_range\)\)$"):
+        docflat.build(CFG, cfg_with(flat_scope="current"))      # the current sentence is found by its index token
+
+
+@pytest.mark.parametrize("sides", docflat.SIDES)
+def test_build_follows_the_options(sides):
+    """FBA blocks on the sides asked for (first layer only), the policy's scope and index
+    tokens, the FBA's name and the model's layer-norm placement."""
+    model = docflat.build(CFG, cfg_with(flat_sides=sides, flat_scope="current"), SEPS)
+    for side, layers in (("enc", model.encoder.layers), ("dec", model.decoder.layers)):
+        on = sides in ("both", "encoder" if side == "enc" else "decoder")
+        assert [list(layer.inserted) for layer in layers] == [["0"] if on else [], []]
+        if on:
+            assert layers[0].inserted["0"].attn.name == f"{side}.fba"
+    assert (model.policy.scope, model.policy.sep_range) == ("current", SEPS)
+    pre = docflat.FlatBatchSublayer(ModelConfig(**{**vars(CFG), "pre_norm": True}), "enc")
+    assert pre.pre_norm is True
+    mbe = docflat.build(CFG, cfg_with(flat_block="mbe", flat_sides=sides), mean_token=1)
+    assert (mbe.on_src, mbe.on_tgt) == (sides != "decoder", sides != "encoder")
 
 
 SEPS = (50, 59)       # the index tokens <sep1> … <sep10> of the tiny vocabulary below
@@ -248,6 +293,35 @@ def test_current_sentence_starts_at_the_last_index_token():
     private = policy.decoder_specs(tgt, tokens, tokens.eq(0), 0, False)["dec_fba_private"].mask[:, 0, 0]
     assert private.tolist() == [[True] * 3 + [False] * 2, [True] * 5, [False] * 5]
     assert "enc_fba_private" not in docflat.DocFlatPolicy(CFG, SEPS).encoder_specs(tokens, tokens.eq(0))
+    # the first and the last index token of the range count; a target that starts with the current one
+    edges = torch.tensor([[7, 2, 50, 9, 2, 0, 0],
+                          [58, 7, 2, 59, 9, 2, 0],
+                          [52, 7, 2, 0, 0, 0, 0]])
+    private = policy.encoder_specs(edges, edges.eq(0))["enc_fba_private"].mask[:, 0, 0]
+    assert private.tolist() == [[True] * 2 + [False] * 5, [True] * 3 + [False] * 4, [False] * 7]
+    tgt = torch.tensor([[7, 2, 50, 9], [58, 7, 2, 59], [52, 7, 9, 2]])
+    private = policy.decoder_specs(tgt, edges, edges.eq(0), 0, False)["dec_fba_private"].mask[:, 0, 0]
+    assert private.tolist() == [[True] * 2 + [False] * 2, [True] * 3 + [False], [False] * 4]
+
+
+@pytest.mark.parametrize("side", ["enc", "dec"])
+def test_current_scope_mask_by_hand(side):
+    """Under ``flat_scope: current`` query i may not see key j when j is another instance's
+    context token; on the decoder side (flattened mask) nor when j comes after i in the flattened
+    batch; the encoder side is otherwise unrestricted."""
+    sub = fba(cfg_with(flat_scope="current"), side)
+    x, pad = batch(n=3, m=4)
+    private = torch.zeros(3, 4, dtype=torch.bool)
+    private[:, :2] = True
+    specs = {f"{side}_fba": docflat.AttnSpec(mask=pad[:, None, None, :]),
+             f"{side}_fba_private": docflat.AttnSpec(mask=private[:, None, None, :])}
+    flat, idx = docflat.flatten_batch(x, pad)
+    got = sub.flat_spec(x, idx, State(specs)).mask[0, 0]
+    inst, hidden = idx // 4, private.reshape(-1)[idx]
+    T = len(idx)
+    want = torch.tensor([[bool(hidden[j] and inst[j] != inst[i]) or (side == "dec" and j > i) for j in range(T)]
+                         for i in range(T)])
+    assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("side", ["enc", "dec"])
@@ -412,10 +486,27 @@ def test_bf16_autocast_training_moves_the_gate(tiny_dir, tmp_path, gate):
 
 def test_docflat_needs_pseudodocs_in_ordered_batches():
     from docnmt.config import Config
-    from docnmt.methods import build_model
+    from docnmt.methods import build_model, check
     cfg = Config.load("docflat_small").override({"data.batch_order": "sorted"})
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"^a DocFlat model needs pseudo-documents in ordered batches \(data"):
         build_model(cfg, type("V", (), {"__len__": lambda s: 60, "pad": 0})())
+    check(cfg.override({"data.batch_order": "ordered"}))
+    check(cfg.override({"data.batch_order": "strict"}))
+    with pytest.raises(ConfigError, match=r"^a DocFlat model needs pseudo-documents \(data.mode: pseudodoc\)$"):
+        check(cfg.override({"data.mode": "doc2doc", "data.batch_order": "ordered"}))
+    assert docflat.uses_two_pass(cfg, cfg.decode) and not docflat.uses_two_pass(Config.load("doc2doc_small"), None)
+
+
+def test_global_index_format_edges(tiny_vocab):
+    """Sentence indices start at 1 by default; every part is int32; no sentences, no tokens."""
+    joiner = GlobalIndexJoiner(tiny_vocab)
+    one = joiner.join([np.array([10, 11], dtype=np.int64)])
+    assert one.tolist() == [tiny_vocab.sep(1), 10, 11, tiny_vocab.eos] and one.dtype == np.int32
+    assert joiner.source([[12]]).tolist() == [tiny_vocab.sep(1), 12, tiny_vocab.eos]
+    assert [t.tolist() for t in joiner.decoder_io([[12]])] == [[tiny_vocab.sep(1), 12], [12, tiny_vocab.eos]]
+    assert joiner.prefix([[12]]) == [12, tiny_vocab.eos, tiny_vocab.sep(2)]
+    empty = joiner.join([])
+    assert empty.dtype == np.int32 and empty.shape == (0,)
 
 
 @pytest.mark.slow
@@ -449,7 +540,13 @@ def test_fba_map_cli(tiny_dir, tiny_model, tmp_path, run_cli):
 def test_abd_baseline_pools_instances_and_attends_across_them():
     sub = fba(cfg_with(flat_block="abd", flat_sides="encoder"), "enc")
     x, pad = batch()
+    pad[2, 1:] = True                                     # an instance of one real token
     out = run(sub, x, pad)
+    pooled = torch.stack([x[j][~pad[j]].mean(0) for j in range(3)])     # mean over each instance's real tokens
+    with torch.no_grad():
+        mixed = sub.attn(pooled[None], pooled[None], docflat.AttnSpec())[0]
+    for j in range(3):
+        torch.testing.assert_close(out[j][~pad[j]], mixed[j].expand(int((~pad[j]).sum()), -1))
     assert out[pad].abs().sum() == 0
     for j in range(3):                                    # one vector per instance, on its real tokens
         real = out[j][~pad[j]]
@@ -466,6 +563,7 @@ def test_mbe_baseline_prepends_the_batch_mean_embedding(sides):
     """MBE (docs/methods/docflat.md#the-papers-baselines): position 0 of the source and/or target
     is the mean source token embedding of the whole batch; callers see the usual shapes; decoding
     step by step (with beams) equals the full forward pass."""
+    from docnmt.model import Transformer
     model = docflat.build(CFG, cfg_with(flat_block="mbe", flat_sides=sides), mean_token=1).eval()
     torch.manual_seed(3)
     src = torch.randint(4, 60, (3, 7))
@@ -478,6 +576,13 @@ def test_mbe_baseline_prepends_the_batch_mean_embedding(sides):
         real = src[src.ne(0)]
         expected = embed.table(real).mean(0) * embed.scale + embed.positions(1)[0]
         torch.testing.assert_close(model.encode(src).extra["mbe"], expected.expand(3, -1))
+        alone = torch.tensor([[9, 0, 0]])                 # a batch of one real token
+        want = embed.table.weight[9] * embed.scale + embed.positions(1)[0]
+        torch.testing.assert_close(model.batch_mean(alone)[0], want)
+        if sides != "encoder":            # the decoder reads [mean, tgt…]; its state at the mean is dropped
+            enc = model.encode(src)
+            full = Transformer.decode(model, model._prepend(tgt), enc)
+            torch.testing.assert_close(model.decode(tgt, enc), full[:, 1:])
         if sides != "decoder":
             torch.testing.assert_close(model.embed_source(model._prepend(src), {})[:, 0], expected.expand(3, -1))
         other = src.clone()

@@ -1,18 +1,24 @@
 """G-Transformer (docs/methods/gtransformer.md, its "Tests" section): tags, group masks, combined
 attention, frame decoding."""
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
-from _tiny import assert_incremental_equals_full, history, tiny_config
+from _tiny import history, tiny_config
 from docnmt.attention import _blocked, attention_reference, group_mask
 from docnmt.errors import ConfigError
 from docnmt.methods import build_model
 from docnmt.methods.gtransformer import (
+    ABLATIONS,
+    METHOD,
     CombinedAttentionSublayer,
     FrameConstraint,
     GroupAttentionPolicy,
+    GroupJoiner,
     GTransformerOptions,
     build,
     group_tags,
@@ -147,8 +153,37 @@ def test_ablation_switches_choose_the_layers(ablation, want):
 
 
 def test_unknown_ablation_is_a_config_error():
-    with pytest.raises(ConfigError, match="group_ablation"):
+    want = f"^unknown group_ablation 'nope'; choose one of {re.escape(', '.join(ABLATIONS))}$"
+    with pytest.raises(ConfigError, match=want):
         build(CFG, GTransformerOptions(group_ablation="nope"), BOS, EOD)
+
+
+@pytest.mark.parametrize("ablation", ABLATIONS)
+def test_every_attention_has_its_own_name_and_side(ablation):
+    """Whatever the ablation, every attention module is named after its layer and kind (the
+    key of its decoding cache and of the entropy probe), cross-attention reads the encoder
+    memory, self-attention its own states, and the attention dropout setting reaches them all."""
+    cfg = ModelConfig(**{**vars(CFG), "attention_dropout": 0.25})
+    model = build(cfg, GTransformerOptions(group_ablation=ablation), BOS, EOD)
+    for side, layers in (("enc", model.encoder.layers), ("dec", model.decoder.layers)):
+        for i, layer in enumerate(layers):
+            subs = [sub for sub in layer.sublayers if isinstance(sub, AttentionSublayer)]
+            for sub, kind in zip(subs, ("self", "cross")):
+                assert (sub.attn.name, sub.cross, sub.attn.dropout) == (f"{side}.{i}.{kind}", kind == "cross", 0.25)
+                if isinstance(sub, CombinedAttentionSublayer):
+                    assert (sub.attn_global.name, sub.attn_global.dropout) == (f"{side}.{i}.{kind}.global", 0.25)
+    assert CombinedAttentionSublayer(CFG, "enc_self", "enc.0.self").cross is False
+
+
+def test_source_padding_changes_nothing():
+    """Padded source positions are hidden from the global attention branches (encoder self- and
+    cross-attention) and from the decoder's start token, which group masks leave open."""
+    torch.manual_seed(0)
+    model = build(CFG, OPTS, BOS, EOD).eval()
+    src = padded([doc(3, 2), doc(2, 2, 1)])
+    tgt = padded([[EOD] + doc(2, 3), [EOD] + doc(1, 1, 2)])
+    with torch.no_grad():
+        torch.testing.assert_close(model(F.pad(src, (0, 3), value=PAD), tgt), model(src, tgt), rtol=1e-5, atol=1e-5)
 
 
 def test_combined_gate_mixes_local_and_global_per_position_and_channel():
@@ -186,9 +221,20 @@ def test_sentences_do_not_see_each_other_below_the_combined_layers():
 
 # ---- incremental decoding with dynamic tags equals the full pass -----------------------------
 
+def count_calls(monkeypatch, kernel: str) -> list:
+    """Record every call of ``docnmt.attention.<kernel>`` (one of the kernels ``attention_sdpa``
+    dispatches to); returns the list the calls are appended to."""
+    import docnmt.attention as attention
+    calls, fn = [], getattr(attention, kernel)
+    monkeypatch.setattr(attention, kernel, lambda *a, **kw: calls.append(a[0].shape) or fn(*a, **kw))
+    return calls
+
+
 @pytest.mark.parametrize("length_aware", [False, True])
-def test_incremental_decoding_equals_full_forward(length_aware):
-    """Also with length-aware attention on top (G-Trans + LAA,
+def test_incremental_decoding_equals_full_forward(length_aware, monkeypatch):
+    """Step by step (one query: the explicit softmax) equals the full teacher-forced pass through
+    the sentence-block kernel (``attention_grouped``, which training uses: gradients enabled),
+    also with length-aware attention on top (G-Trans + LAA,
     docs/methods/length_bias.md#g-transformer-with-dls-and-laa)."""
     torch.manual_seed(0)
     model = build(CFG, OPTS, BOS, EOD).eval()
@@ -197,7 +243,15 @@ def test_incremental_decoding_equals_full_forward(length_aware):
         model.set_training_lengths(9, 14)
     src = padded([doc(3, 2, 2), doc(2, 4)])
     tgt = padded([[EOD] + doc(2, 3, 1), [EOD] + doc(3, 2)])[:, :9]
-    assert_incremental_equals_full(model, src, tgt)
+    grouped = count_calls(monkeypatch, "attention_grouped")
+    with torch.no_grad():
+        enc = model.encode(src)
+        cache: dict = {}
+        steps = torch.cat([model.decode(tgt[:, : t + 1], enc, cache) for t in range(tgt.size(1))], 1)
+    assert grouped == []                                # one query per step: the reference form
+    full = model.decode(tgt, enc)                       # gradients on: the block-by-block kernel
+    assert len(grouped) == 2 * CFG.decoder_layers       # group self- and cross-attention of every layer
+    torch.testing.assert_close(steps, full.detach(), rtol=1e-4, atol=1e-5)
 
 
 # ---- the frame decoder (docs/methods/gtransformer.md#decoding-the-sentence-frame) -------------
@@ -255,6 +309,60 @@ def test_frame_keeps_every_sentence_past_the_training_positions():
     assert len(hyp.tokens) > 32 and hyp.tokens.count(EOS) == 8 and hyp.tokens.count(BOS) == 8
 
 
+def test_frame_limits_follow_the_source_sentences():
+    """⌊a·n_k + b⌋ words for source sentence k of n_k words (a = 1.2, b = 10), none for sentences
+    a row does not have; max_len fits every sentence at its maximum with its marks, and EOD."""
+    frame = FrameConstraint(padded([doc(3, 1, 2), doc(5)]), BOS, EOS, PAD, EOD)
+    assert frame.max_words.tolist() == [[13, 11, 12], [16, 0, 0]]
+    assert frame.max_len().tolist() == [36 + 6 + 1, 16 + 2 + 1]
+
+
+def test_frame_counts_the_words_of_each_rows_current_sentence():
+    """Rows are checked against their own source row and current sentence (the last one too):
+    sentence 2 of source row 0 may take 3 words, source row 1's only sentence 2 (a = 1, b = 0)."""
+    frame = FrameConstraint(padded([doc(1, 3), doc(2)]), BOS, EOS, PAD, EOD, a=1.0, b=0)
+    tokens = torch.tensor([[EOD, BOS, 20, EOS, BOS, 21, 22],     # 2 of 3 words: free, </s> allowed
+                           [EOD, BOS, 23, 24, 25, 26, 27]])      # 5 of 2 words: </s> forced
+    lprobs = torch.zeros(2, 50)
+    frame(6, tokens, lprobs, torch.tensor([0, 1]), torch.tensor([99, 99]))
+    assert torch.isfinite(lprobs[0, [EOS, 30]]).all() and not torch.isfinite(lprobs[0, [BOS, EOD]]).any()
+    assert torch.isfinite(lprobs[1]).nonzero().squeeze(1).tolist() == [EOS]
+    lprobs = torch.zeros(1, 50)                                  # the official start: <s> is token 0
+    frame(1, torch.tensor([[BOS, 20]]), lprobs, torch.tensor([1]), torch.tensor([99]))
+    assert torch.isfinite(lprobs[0, [EOS, 30]]).all()            # one word written: </s> allowed
+
+
+def test_frame_forces_a_token_whatever_its_id():
+    """A forced token may have id 0 (an imported vocabulary's <s>)."""
+    bos, eos, pad, eod = 0, 3, 1, 49
+    frame = FrameConstraint(torch.tensor([[bos, 10, eos]]), bos, eos, pad, eod)
+    lprobs = torch.zeros(1, 50)
+    frame(1, torch.tensor([[eod]]), lprobs, torch.tensor([0]), torch.tensor([99]))
+    assert torch.isfinite(lprobs[0]).nonzero().squeeze(1).tolist() == [bos]
+
+
+def test_group_format_round_trip(tiny_vocab):
+    """<s> x </s> per sentence on both sides (int32 ids), EOD to start and end the target;
+    overhead counts those marks; a forced prefix is the same sentences; split inverts it."""
+    v = tiny_vocab
+    joiner, eod = GroupJoiner(v), v.id("<eod>")
+    src = joiner.source([np.array([10, 11], dtype=np.int32), np.array([12], dtype=np.int32)])
+    assert src.tolist() == [v.bos, 10, 11, v.eos, v.bos, 12, v.eos] and src.dtype == np.int32
+    assert joiner.overhead(np.array([1, 2]), "src").tolist() == [2, 4]
+    assert joiner.overhead(np.array([1, 2]), "tgt").tolist() == [3, 5]          # and EOD
+    assert joiner.prefix([[10, 11], [12]]) == src.tolist() and joiner.prefix([]) == []
+    assert joiner.split(src.tolist() + [eod], 2) == ([[10, 11], [12]], True)
+    assert joiner.split([v.bos, 10, v.eos, v.bos, 12], 3) == ([[10], [12], []], False)
+    assert (joiner.start, joiner.end, joiner.sep_ids) == (eod, eod, set())
+
+
+def test_start_token_for_any_search_settings():
+    """Plain search settings (no ``official_start``) start from the format's token."""
+    tr = type("T", (), {"vocab": type("V", (), {"bos": BOS})()})()
+    assert METHOD.start_token(tr, SearchConfig(), 1) is None
+    assert METHOD.start_token(tr, type("S", (), {"official_start": True})(), 1) == BOS
+
+
 def test_frame_needs_a_word_in_every_sentence():
     frame = FrameConstraint(torch.tensor([doc(2, 2)]), BOS, EOS, PAD, EOD)
     lprobs = torch.zeros(1, 50)
@@ -274,17 +382,27 @@ def test_frame_forces_sentence_end_at_the_maximum():
     assert torch.isfinite(lprobs[0]).nonzero().squeeze(1).tolist() == [EOD]     # no sentence left
 
 
-def test_reference_attention_model_agrees(monkeypatch):
-    """The group masks through SDPA equal the explicit reference implementation."""
+def test_block_kernels_agree_with_the_reference_attention(monkeypatch):
+    """The model through the kernels training takes (gradients on: ``attention_grouped`` for the
+    group attention, SDPA for the global branches) equals it through the explicit softmax
+    reference, logits and parameter gradients."""
     torch.manual_seed(0)
     model = build(CFG, OPTS, BOS, EOD).eval()
     src = padded([doc(3, 2), doc(2, 2, 1)])
     tgt = padded([[EOD] + doc(2, 3), [EOD] + doc(1, 1, 2)])
-    with torch.no_grad():
-        fast = model(src, tgt)
-        monkeypatch.setattr("docnmt.attention.attention_sdpa", attention_reference)
-        ref = model(src, tgt)
+    weight = torch.randn(*tgt.shape, CFG.vocab_size)
+    params = [p for p in model.parameters()]
+    grouped = count_calls(monkeypatch, "attention_grouped")
+    fast = model(src, tgt)
+    assert len(grouped) == CFG.encoder_layers + 2 * CFG.decoder_layers     # every group attention
+    fast_grads = torch.autograd.grad((fast * weight).sum(), params)
+    monkeypatch.setattr("docnmt.attention.attention_sdpa", attention_reference)
+    ref = model(src, tgt)
+    ref_grads = torch.autograd.grad((ref * weight).sum(), params)
+    assert len(grouped) == CFG.encoder_layers + 2 * CFG.decoder_layers     # no kernel on the reference path
     torch.testing.assert_close(fast, ref, rtol=1e-4, atol=1e-4)
+    for a, b in zip(fast_grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
 
 
 # ---- end to end on real text: train, translate batched and unbatched --------------------------
@@ -320,9 +438,34 @@ def test_train_and_translate_documents(tiny_dir, tmp_path):
     assert [len(d.tgt) for d in whole] == [len(d.src) for d in docs]
 
 
+def test_official_start_decodes_from_the_sentence_start(tiny_dir, monkeypatch):
+    """``decode.official_start``: every search starts from ``<s>``, as the official generator
+    does (docs/methods/gtransformer.md#gt-decoder-start); by default from EOD, as in training.
+    The frame holds either way."""
+    from dataclasses import replace
+
+    from docnmt import translate as translate_module
+    from docnmt.vocab import Vocab
+    cfg = tiny_config("doc2doc").override({"method.name": "gtransformer", "data.separator": "group",
+                                           "method.combined_enc_self": 1, "method.combined_dec_self": 1,
+                                           "method.combined_cross": 1})
+    vocab = Vocab.load(tiny_dir / "data")
+    torch.manual_seed(0)
+    tr = Translator(build_model(cfg, vocab), vocab, cfg)
+    starts, search = [], translate_module.beam_search
+    monkeypatch.setattr(translate_module, "beam_search", lambda model, src, c, bos, *a, **kw:
+                        starts.append(bos.tolist()) or search(model, src, c, bos, *a, **kw))
+    docs = [["Hello there.", "How are you?"], ["Yes."]]
+    for official, token in ((False, vocab.id("<eod>")), (True, vocab.bos)):
+        starts.clear()
+        out, _ = tr.translate(docs, replace(cfg.decode, beam=2, max_len_b=3, official_start=official))
+        assert [len(d.tgt) for d in out] == [2, 1]
+        assert sorted({t for s in starts for t in s}) == [token] and sum(map(len, starts)) == 2
+
+
 def test_group_format_is_required():
     cfg = tiny_config("doc2doc").override({"method.name": "gtransformer"})
-    with pytest.raises(ConfigError, match="separator: group"):
+    with pytest.raises(ConfigError, match=r"^a G-Transformer needs the group data format \(data.separator: group\)$"):
         build_model(cfg, type("V", (), {"__len__": lambda s: 50, "pad": 0, "bos": 2,
                                         "id": lambda s, x: 49})())
 

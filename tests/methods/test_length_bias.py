@@ -87,13 +87,27 @@ def test_dls_counts_the_format_marks_and_needs_a_budget(tmp_path):
 
 @pytest.mark.slow
 def test_trainer_resamples_every_epoch_and_plots_the_lengths(tiny_dir, tmp_path):
+    """Each epoch trains on the instances DLS draws for it: sentences in epoch 1, a new draw in
+    every later epoch (the same one make_train_set gives for that epoch)."""
     data = tiny_dir / "data"
-    cfg = tiny_config("doc2doc", max_epoch=3).override({"data.dls": True, "data.dls_start_epoch": 2,
+    cfg = tiny_config("doc2doc", max_epoch=3).override({"data.dls": True, "data.dls_start_epoch": -2,  # T=e^4, e^5
                                                        "data.max_instance_tokens": 200})
     tr = Trainer(cfg, data, tmp_path / "m", progress_bar=False)
     assert len(tr.make_train_set(1)) == tr.train_corpus.n_sents
     np.testing.assert_array_equal(tr.make_train_set(3).rows, tr.make_train_set(3).rows)
+    trained, batches = {}, tr.epoch_batches
+
+    def spy(epoch):                  # the instances each epoch's batches are drawn from
+        trained[epoch] = tr.train_set.rows.copy()
+        return batches(epoch)
+    tr.epoch_batches = spy
     tr.train()
+    assert sorted(trained) == [1, 2, 3]
+    assert (trained[1][:, 1] - trained[1][:, 0] == 1).all()                  # epoch 1: sentences
+    for epoch in (2, 3):
+        np.testing.assert_array_equal(trained[epoch], tr.make_train_set(epoch).rows)
+    assert not np.array_equal(trained[2], trained[3])                         # resampled
+    assert (trained[3][:, 1] - trained[3][:, 0]).max() > 1                    # multi-sentence segments
     assert (tmp_path / "m" / "dls_lengths.png").stat().st_size > 0
 
 

@@ -144,17 +144,65 @@ def test_decoder_self_attention_switch_and_cross_attention_positions():
     assert (float(table[1, 0]), float(table[1, 1])) == pytest.approx((math.sin(1.0), math.cos(1.0)))  # unscaled
 
 
-@pytest.mark.parametrize("sharing,tables", [("all", 1), ("side", 2), ("layer", 4)])
-def test_relative_table_sharing(sharing, tables):
+@pytest.mark.parametrize("sharing,rows", [("all", [0, 0, 0, 0]), ("side", [0, 0, 1, 1]), ("layer", [0, 1, 2, 3])])
+def test_relative_table_sharing(sharing, rows):
+    """Which table each self-attention reads: one for all; encoder then decoder; one per layer,
+    the encoder's layers first (the order of the saved parameter)."""
     pol = PositionAwarePolicy(CFG, opts_with(rel_sharing=sharing))
-    assert pol.rel_embed.shape == (tables, 2 * OPTS.rel_max_distance + 1, 8)
-    used = {pol.table(n).data_ptr() for n in ("enc.0.self", "enc.1.self", "dec.0.self", "dec.1.self")}
-    assert len(used) == tables
+    assert pol.rel_embed.shape == (max(rows) + 1, 2 * OPTS.rel_max_distance + 1, 8)
+    for name, row in zip(("enc.0.self", "enc.1.self", "dec.0.self", "dec.1.self"), rows):
+        assert pol.table(name).data_ptr() == pol.rel_embed[row].data_ptr(), name
+    if sharing == "layer":          # 3 encoder layers, 2 decoder layers: the decoder's tables are 3 and 4
+        deep = PositionAwarePolicy(ModelConfig(**{**vars(CFG), "encoder_layers": 3}), opts_with(rel_sharing="layer"))
+        dec = [deep.table(f"dec.{i}.self").data_ptr() for i in (0, 1)]
+        assert dec == [deep.rel_embed[i].data_ptr() for i in (3, 4)]
 
 
-def test_unknown_sharing_is_a_config_error():
-    with pytest.raises(ConfigError, match="rel_sharing"):
+def test_option_errors_say_what_is_allowed():
+    with pytest.raises(ConfigError, match="unknown rel_sharing 'head'; choose one of all, side, layer"):
         PositionAwarePolicy(CFG, opts_with(rel_sharing="head"))
+    with pytest.raises(ConfigError, match="rel_max_distance must be at least 1, not 0"):
+        opts_with(rel_max_distance=0)
+    assert PositionAwarePolicy(CFG, opts_with(rel_max_distance=1)).rel_embed.shape == (1, 3, 8)
+
+
+def test_relative_table_starts_at_std_one_over_sqrt_d_head():
+    """E is initialised N(0, d_h^-1/2) (docs/methods/ptransformer.md#pt-relative-form)."""
+    torch.manual_seed(0)
+    table = PositionAwarePolicy(CFG, PTransformerOptions()).rel_embed.detach()        # 1025 × 8 values
+    assert float(table.std()) == pytest.approx(8 ** -0.5, rel=0.05) and abs(float(table.mean())) < 0.02
+
+
+def test_self_attention_specs_hold_the_relative_term_and_positions_at_their_offset():
+    """The specs' relative term is q_i · E[clip(j − i) + M] / sqrt(d_h) with i the query's own
+    position (0 in the encoder, the decoding offset in the decoder), and P of those positions is
+    added to both queries and keys."""
+    torch.manual_seed(0)
+    pol = PositionAwarePolicy(CFG, OPTS)
+    M, E = OPTS.rel_max_distance, pol.rel_embed[0].detach()
+    P = sinusoidal_table(16, CFG.d_model)
+
+    def explicit(q, first, n_keys):
+        i, j = torch.arange(first, first + q.size(2))[:, None], torch.arange(n_keys)[None, :]
+        return torch.einsum("bhid,ijd->bhij", q, E[(j - i).clamp(-M, M) + M]) / math.sqrt(8)
+
+    src, pad = torch.ones(2, 9, dtype=torch.long), torch.zeros(2, 9, dtype=torch.bool)
+    q = torch.randn(2, 4, 9, 8)
+    enc = pol.encoder_specs(src, pad)["enc_self"]
+    torch.testing.assert_close(enc.bias(q, "enc.0.self").dense().detach(), explicit(q, 0, 9))
+    assert torch.equal(enc.q_add, P[:9]) and torch.equal(enc.k_add, P[:9])
+    dec = pol.decoder_specs(torch.ones(2, 7, dtype=torch.long), src, pad, 4, True)["dec_self"]    # tokens 4-6
+    torch.testing.assert_close(dec.bias(q[:, :, :3], "dec.0.self").dense().detach(), explicit(q[:, :, :3], 4, 7))
+    assert torch.equal(dec.q_add, P[4:7]) and torch.equal(dec.k_add, P[4:7])
+
+
+def test_source_padding_changes_nothing():
+    """Encoder self-attention and cross-attention never read padded source positions."""
+    torch.manual_seed(0)
+    model = build(CFG, OPTS).eval()
+    src, tgt = random_pair()                        # the second source row is padded
+    with torch.no_grad():
+        torch.testing.assert_close(model(F.pad(src, (0, 3)), tgt), model(src, tgt), rtol=1e-5, atol=1e-5)
 
 
 def test_base_preset_adds_the_papers_65_6k_parameters():

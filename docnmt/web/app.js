@@ -1,0 +1,197 @@
+// The docnmt web page: paste or drop a document, translate it with POST /v1/translate (text) or
+// POST /v1/translate/file (a file, answered as JSON with the translated file in `file`), show
+// source and translation side by side. No external assets: it works without a network.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const form = $("form"), statusLine = $("status"), source = $("source"), drop = $("drop");
+let chosenFile = null;   // a File to translate instead of the text box
+let download = null;     // {name, text, type} of the last result
+
+function say(message, isError = false) {
+  statusLine.textContent = message;
+  statusLine.classList.toggle("error", isError);
+}
+
+function headers(extra = {}) {
+  const key = $("apikey").value;
+  return key ? { ...extra, "X-API-Key": key } : extra;
+}
+
+async function call(path, init = {}) {
+  const response = await fetch(path, { ...init, headers: headers(init.headers || {}) });
+  let body;
+  try {
+    body = await response.json();
+  } catch {
+    body = { error: `${response.status} ${response.statusText}` };
+  }
+  if (!response.ok) {
+    const retry = response.headers.get("Retry-After");
+    throw new Error((body.error || response.statusText) + (retry ? ` (retry in ${retry} s)` : ""));
+  }
+  return body;
+}
+
+async function loadModels() {
+  const health = await call("/healthz");
+  $("key-label").hidden = !health.api_key_required;
+  if (health.api_key_required && !$("apikey").value) {
+    say("This server needs an API key: enter it, then press Enter in the key field.");
+    return;
+  }
+  const { models } = await call("/v1/models");
+  const select = $("model");
+  select.replaceChildren(...models.map((m) => {
+    const option = new Option(`${m.name} (${m.method}, ${m.mode})`, m.name);
+    option.dataset.beam = m.decode.beam;
+    option.dataset.lenpen = m.decode.lenpen;
+    return option;
+  }));
+  showDefaults();
+  say(`${models.length} model${models.length === 1 ? "" : "s"} ready.`);
+}
+
+function showDefaults() {
+  const option = $("model").selectedOptions[0];
+  if (option) {
+    $("beam").placeholder = option.dataset.beam;
+    $("lenpen").placeholder = option.dataset.lenpen;
+  }
+}
+
+function options() {
+  const out = {};
+  if ($("beam").value) out.beam = parseInt($("beam").value, 10);
+  if ($("lenpen").value) out.lenpen = parseFloat($("lenpen").value);
+  if ($("sliding").checked) out.sliding = true;
+  return out;
+}
+
+function chooseFile(file) {
+  chosenFile = file;
+  $("filename").textContent = file ? `${file.name} (${file.size} bytes) will be translated` : "";
+  $("clear-file").hidden = !file;
+  source.disabled = !!file;
+}
+
+async function translate() {
+  const button = $("translate");
+  button.disabled = true;
+  say("Translating…");
+  try {
+    let result;
+    if (chosenFile) {
+      const data = new FormData();
+      data.append("file", chosenFile);
+      data.append("model", $("model").value);
+      data.append("options", JSON.stringify(options()));
+      data.append("response", "json");
+      result = await call("/v1/translate/file", { method: "POST", body: data });
+      download = { name: result.filename, text: result.file, type: "text/plain" };
+    } else {
+      if (!source.value.trim()) throw new Error("Paste a document first, or choose a file.");
+      result = await call("/v1/translate", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ model: $("model").value, text: source.value, split: $("split").value,
+                               lang: $("lang").value || "en", options: options() }),
+      });
+      download = { name: "translation.txt", text: result.text + "\n", type: "text/plain" };
+    }
+    show(result);
+    say(`Translated ${result.coverage.sentences} sentences in ${(result.timing.total_ms / 1000).toFixed(1)} s.`);
+  } catch (e) {
+    say(e.message, true);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function show(result) {
+  const rows = result.sentences
+    ? result.sentences.map((s) => ({ ...s, doc: null }))
+    : result.documents.flatMap((d) => d.sentences.map((s, k) => ({ ...s, doc: d.id, first: k === 0 })));
+  const body = $("pairs").tBodies[0];
+  body.replaceChildren(...rows.map((r, k) => {
+    const tr = document.createElement("tr");
+    const newBlock = k > 0 && (r.first || (r.paragraph !== undefined && r.paragraph !== rows[k - 1].paragraph));
+    tr.className = (r.empty ? "empty " : "") + (newBlock ? "paragraph-start" : "");
+    for (const [text, cls] of [[k + 1, "n"], [r.source, "source"], [r.translation || "(empty)", "translation"],
+                               [r.score === null ? "–" : r.score.toFixed(2), "score"]]) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      td.className = cls;
+      tr.appendChild(td);
+    }
+    return tr;
+  }));
+  const warnings = [];
+  const c = result.coverage;
+  if (c.empty_sentences) warnings.push(`${c.empty_sentences} of ${c.sentences} sentences came back empty.`);
+  if (c.documents_fully_recovered < c.documents) {
+    warnings.push(`${c.documents - c.documents_fully_recovered} of ${c.documents} documents were not fully ` +
+                  "recovered: some of their sentences came back empty or merged (repaired by the recovery rules).");
+  }
+  $("warnings").replaceChildren(...warnings.map((w) => {
+    const p = document.createElement("p");
+    p.className = "warning";
+    p.textContent = w;
+    return p;
+  }));
+  const t = result.timing;
+  $("timing").textContent = `waited ${t.queued_ms} ms, ${t.total_ms} ms in all, ${t.source_tokens} source tokens`;
+  $("result").hidden = false;
+}
+
+async function copyTranslation() {
+  if (!download) return;
+  try {
+    await navigator.clipboard.writeText(download.text);
+  } catch {              // no clipboard permission (plain http, headless): copy through a selection
+    const area = document.createElement("textarea");
+    area.value = download.text;
+    document.body.appendChild(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  say("Translation copied.");
+}
+
+function saveTranslation() {
+  if (!download) return;
+  const url = URL.createObjectURL(new Blob([download.text], { type: download.type }));
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = download.name;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+  say(`Saved ${download.name}.`);
+}
+
+form.addEventListener("submit", (e) => { e.preventDefault(); translate(); });
+form.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); translate(); }
+});
+$("model").addEventListener("change", showDefaults);
+$("file").addEventListener("change", () => chooseFile($("file").files[0] || null));
+$("clear-file").addEventListener("click", () => { $("file").value = ""; chooseFile(null); source.focus(); });
+$("apikey").addEventListener("keydown", (e) => {
+  if (e.key === "Enter") { e.preventDefault(); loadModels().catch((err) => say(err.message, true)); }
+});
+$("copy").addEventListener("click", copyTranslation);
+$("download").addEventListener("click", saveTranslation);
+for (const name of ["dragenter", "dragover"]) {
+  drop.addEventListener(name, (e) => { e.preventDefault(); drop.classList.add("over"); });
+}
+drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+drop.addEventListener("drop", (e) => {
+  e.preventDefault();
+  drop.classList.remove("over");
+  if (e.dataTransfer.files.length) chooseFile(e.dataTransfer.files[0]);
+});
+
+loadModels().catch((err) => say(err.message, true));

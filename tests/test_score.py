@@ -1,0 +1,136 @@
+"""Reference scores in the model's own input format (``docnmt score``, ``translate --print-scores``)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from docnmt.document import Document
+from docnmt.readers import read_documents
+from docnmt.scoring import document_logprobs, sentence_logprobs
+from docnmt.translate import Translator
+
+MODELS = ["sent2sent", "doc2doc", "gtransformer", "doc2sent", "context", "docflat"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_each_sentence_scored_once_in_its_own_instance(tiny_dir, tiny_model, name):
+    """The last sentence's score equals the contrastive scorer's (the same sentence in the same
+    context); a changed reference sentence changes its own score; every sentence has tokens."""
+    tr = Translator.load(tiny_model(name), device="cpu")
+    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
+    short = [Document(f"{k}", d.src[:4], d.tgt[:4]) for k, d in enumerate(docs[:2])]
+    scores = document_logprobs(tr, short)
+    assert [len(s) for s in scores] == [4, 4]
+    assert all(lp < 0 and n >= 2 for doc in scores for lp, n in doc)
+    last = sentence_logprobs(tr, short)
+    np.testing.assert_allclose([doc[-1][0] for doc in scores], last, rtol=1e-4, atol=1e-3)
+    changed = [Document(d.docid, d.src, d.tgt[:1] + ["Völlig anders als vorher."] + d.tgt[2:]) for d in short]
+    other = document_logprobs(tr, changed)
+    assert all(o[1] != s[1] for o, s in zip(other, scores))
+    if name in ("sent2sent", "doc2sent", "context"):      # no target context: the others stay
+        assert all(o[k] == pytest.approx(s[k], abs=1e-4) for o, s in zip(other, scores) for k in (0, 2, 3))
+
+
+@pytest.mark.slow
+def test_score_command_tsv_and_jsonl(tiny_dir, tiny_model, run_cli, tmp_path):
+    model, raw = tiny_model("doc2doc"), tiny_dir / "raw"
+    status, out, err = run_cli("score", str(model), "--src", str(raw / "ted.en"), "--ref", str(raw / "ted.de"))
+    assert status == 0
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert rows[0] == ["document", "sentence", "logprob", "tokens", "nll_per_token"]
+    sent_rows = [r for r in rows[1:] if r[1] != "*"]
+    doc_rows = [r for r in rows[1:] if r[1] == "*"]
+    n_docs, n_sents = len(read_documents(str(raw / "ted.en"))), sum(len(d) for d in read_documents(str(raw / "ted.en")))
+    assert len(doc_rows) == n_docs and len(sent_rows) == n_sents
+    first_doc = [r for r in sent_rows if r[0] == doc_rows[0][0]]
+    assert float(doc_rows[0][2]) == pytest.approx(sum(float(r[2]) for r in first_doc), abs=1e-3)
+    assert int(doc_rows[0][3]) == sum(int(r[3]) for r in first_doc)
+    assert "nats/token" in err and "perplexity" in err
+    status, _, _ = run_cli("score", str(model), "--src", str(raw / "ted.en"), "--ref", str(raw / "ted.de"),
+                           "--output-format", "jsonl", "-o", str(tmp_path / "s.jsonl"))
+    objs = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert status == 0 and len(objs) == n_docs
+    assert objs[0]["logprob"] == pytest.approx(float(doc_rows[0][2]), abs=1e-3)
+    assert len(objs[0]["sentences"]) == len(first_doc)
+
+
+@pytest.mark.slow
+def test_translate_print_scores_and_nbest_plain_output(tiny_dir, tiny_model, run_cli, tmp_path):
+    model, raw = tiny_model("sent2sent"), tiny_dir / "raw"
+    docs = read_documents(str(raw / "ted.en"))[:2]
+    src = tmp_path / "in.en"
+    src.write_text("".join("<d>\n" + "".join(s + "\n" for s in d.src[:3]) for d in docs), encoding="utf-8")
+    status, plain, _ = run_cli("translate", str(model), "-i", str(src), "--beam", "2", "-q")
+    status2, scored, _ = run_cli("translate", str(model), "-i", str(src), "--beam", "2", "-q", "--print-scores")
+    assert status == status2 == 0
+    lines = scored.splitlines()
+    assert len(lines) == len(plain.splitlines()) == 8
+    assert [line.split("\t")[1] for line in lines if not line.startswith("<d>")] == \
+        [line for line in plain.splitlines() if line != "<d>"]
+    doc_lines = [line for line in lines if line.startswith("<d>\t")]
+    assert len(doc_lines) == 2 and all(float(line.split("\t")[1]) < 0 for line in doc_lines)
+    # the sentence scores are those `docnmt score` gives the translation as a reference
+    hyp = tmp_path / "hyp.de"
+    hyp.write_text(plain, encoding="utf-8")
+    _, table, _ = run_cli("score", str(model), "--src", str(src), "--ref", str(hyp), "-q")
+    want = [float(r.split("\t")[4]) for r in table.splitlines()[1:] if r.split("\t")[1] != "*"]
+    got = [-float(line.split("\t")[0]) for line in lines if not line.startswith("<d>")]
+    np.testing.assert_allclose(got, want, atol=2e-4)
+    # n-best: Moses lines, N per sentence, best first and equal to the 1-best output
+    status, nbest, _ = run_cli("translate", str(model), "-i", str(src), "--beam", "3", "--nbest", "3", "-q")
+    rows = [line.split(" ||| ") for line in nbest.splitlines()]
+    assert status == 0 and [int(r[0]) for r in rows] == [i for i in range(6) for _ in range(3)]
+    assert all(float(a[2]) >= float(b[2]) for a, b in zip(rows, rows[1:]) if a[0] == b[0])
+    _, best, _ = run_cli("translate", str(model), "-i", str(src), "--beam", "3", "-q")
+    assert [r[1] for r in rows[::3]] == [line for line in best.splitlines() if line != "<d>"]
+
+
+class Pipe:
+    """Standard input that hands out its lines one at a time and records, before giving each
+    line, what had been written to standard output by then."""
+
+    def __init__(self, lines: list[str], out):
+        self.lines, self.out, self.seen = [line.encode() for line in lines], out, []
+        self.buffer = self
+
+    def readline(self) -> bytes:
+        self.seen.append(self.out.getvalue())
+        return self.lines.pop(0) if self.lines else b""
+
+    def read(self) -> bytes:
+        rest, self.lines = b"".join(self.lines), []
+        return rest
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["doc2doc", "sent2sent"])
+def test_translate_from_a_pipe_writes_each_document_as_soon_as_it_is_complete(name, tiny_dir, tiny_model,
+                                                                              monkeypatch, tmp_path):
+    import io
+    import sys
+
+    from docnmt.cli import main
+    model = tiny_model(name)
+    docs = read_documents(str(tiny_dir / "raw/ted.en"))[:2]
+    lines = ["<d>\n", *(s + "\n" for s in docs[0].src[:3]), "<d>\n", *(s + "\n" for s in docs[1].src[:2])]
+    out = io.StringIO()
+    pipe = Pipe(lines, out)
+    monkeypatch.setattr(sys, "stdin", pipe)
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["translate", str(model), "--beam", "2", "-q"]) == 0
+    result = out.getvalue().splitlines()
+    assert len(result) == len(lines) and result[0] == result[4] == "<d>"
+    # the second <d> line completes the first document: its three translations are out before
+    # the next line is read
+    assert pipe.seen[5].splitlines() == result[:5]
+    if name == "sent2sent":       # no context: every line as soon as it is read
+        assert pipe.seen[2].splitlines() == result[:2]
+    # the same translations as reading the whole input at once
+    whole = tmp_path / "in.en"
+    whole.write_text("".join(lines), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert main(["translate", str(model), "-i", str(whole), "--beam", "2", "-q"]) == 0
+    assert sys.stdout.getvalue().splitlines() == result
