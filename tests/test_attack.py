@@ -792,3 +792,52 @@ def test_any_config_file_gives_a_config_or_one_config_error(tmp_path, text):
         Config.load(path)
     except ConfigError as e:
         assert str(path) in str(e)
+
+
+# ================================= sizes checked before decoding (docnmt.limits, `translate`)
+
+@pytest.fixture(scope="module")
+def small_vocab():
+    from docnmt.vocab import Vocab
+    return Vocab.train([f"sentence number {i} of a document ." for i in range(50)], size=40)
+
+
+def whole_document_translator(vocab, **model):
+    from types import SimpleNamespace
+
+    import torch
+    cfg = Config.load("transformer_tiny").override({"data.mode": "doc2doc", "data.max_instance_tokens": 0,
+                                                    **{f"model.{k}": v for k, v in model.items()}})
+    return SimpleNamespace(cfg=cfg, vocab=vocab, device=torch.device("cpu"))
+
+
+def test_a_whole_document_longer_than_the_model_is_warned_about_with_its_size(small_vocab, tmp_path):
+    from docnmt.limits import check_translation
+    tr = whole_document_translator(small_vocab, max_positions=64)
+    doc = Document("talk", [f"sentence number {i} of a document ." for i in range(40)])
+    said = []
+    check_translation(tr, [doc], tr.cfg.decode, [str(tmp_path / "in.en")], log=said.append)
+    assert len(said) == 1 and "document 'talk' is one instance of" in said[0] and "GiB per layer" in said[0]
+    assert "64 positions" in said[0]
+    said.clear()
+    check_translation(tr, [Document("short", doc.src[:2])], tr.cfg.decode, ["in.en"], log=said.append)
+    assert not said                                                  # short enough: nothing to say
+
+
+def test_a_whole_document_whose_attention_cannot_fit_is_refused(small_vocab, monkeypatch):
+    import docnmt.limits as limits
+    monkeypatch.setattr(limits, "memory_bytes", lambda device: 2**20)          # a 1 MiB machine
+    tr = whole_document_translator(small_vocab)
+    doc = Document("talk", [f"sentence number {i} of a document ." for i in range(60)])
+    with pytest.raises(ConfigError, match="document 'talk' is one instance of .* more than the 0.0 GiB"):
+        limits.check_translation(tr, [doc], tr.cfg.decode, ["in.en"])
+
+
+def test_search_scores_that_cannot_fit_are_refused_naming_beam_and_batch_size(small_vocab, monkeypatch):
+    import docnmt.limits as limits
+    monkeypatch.setattr(limits, "memory_bytes", lambda device: 2**20)
+    tr = whole_document_translator(small_vocab)
+    tr.cfg = tr.cfg.override({"data.max_instance_tokens": 512, "decode.beam": 40, "decode.max_sentences": 64})
+    docs = [Document(str(i), ["sentence number 1 of a document ."]) for i in range(64)]
+    with pytest.raises(ConfigError, match="--beam 40 with --batch-size 64: each search step needs"):
+        limits.check_translation(tr, docs, tr.cfg.decode, ["in.en"])

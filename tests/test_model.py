@@ -2,6 +2,7 @@
 extension points used by group masks (docs/methods/gtransformer.md#attention-masks) and by
 position-aware attention (docs/methods/ptransformer.md#position-aware-attention)."""
 import math
+import re
 
 import pytest
 import torch
@@ -11,7 +12,8 @@ from docnmt.attention import (
     MultiheadAttention,
     attention_reference,
 )
-from docnmt.model import AttentionPolicy, ModelConfig, Transformer, sinusoidal_table
+from docnmt.errors import ConfigError
+from docnmt.model import ACTIVATIONS, POSITIONS, AttentionPolicy, ModelConfig, Transformer, sinusoidal_table
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
 
@@ -175,6 +177,19 @@ def test_shared_embeddings_and_fused_loss():
     torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, labels[labels.ne(0)],
                                                                        label_smoothing=0.1, reduction="sum"))
     torch.testing.assert_close(nll, torch.nn.functional.cross_entropy(logits, labels[labels.ne(0)], reduction="sum"))
+    plain, plain_nll, _ = model(src, tgt, labels)                   # no label smoothing unless asked
+    torch.testing.assert_close(plain, plain_nll)
+
+
+def test_config_errors_name_the_choices():
+    for key, bad, choices in (("activation", "tanh", ACTIVATIONS), ("positions", "rotary", POSITIONS)):
+        want = f"^unknown {key} '{bad}'; choose one of {re.escape(', '.join(choices))}$"
+        with pytest.raises(ConfigError, match=want):
+            ModelConfig(**{key: bad})
+    with pytest.raises(ConfigError, match="^position_offset must be at least 0, not -1$"):
+        ModelConfig(position_offset=-1)
+    with pytest.raises(ConfigError, match="^output_tokens must be at least 0, not -2$"):
+        ModelConfig(output_tokens=-2)
 
 
 # ---- beams sharing their input's encoder memory (beam search) -------------------------------
