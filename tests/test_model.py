@@ -13,7 +13,15 @@ from docnmt.attention import (
     attention_reference,
 )
 from docnmt.errors import ConfigError
-from docnmt.model import ACTIVATIONS, POSITIONS, AttentionPolicy, ModelConfig, Transformer, sinusoidal_table
+from docnmt.model import (
+    ACTIVATIONS,
+    POSITIONS,
+    AttentionPolicy,
+    AttentionSublayer,
+    ModelConfig,
+    Transformer,
+    sinusoidal_table,
+)
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
 
@@ -179,6 +187,28 @@ def test_shared_embeddings_and_fused_loss():
     torch.testing.assert_close(nll, torch.nn.functional.cross_entropy(logits, labels[labels.ne(0)], reduction="sum"))
     plain, plain_nll, _ = model(src, tgt, labels)                   # no label smoothing unless asked
     torch.testing.assert_close(plain, plain_nll)
+
+
+def test_embedding_and_sublayer_options():
+    """The architecture options at their lowest level: ``scale_embeddings``, the position table
+    and offset a config names, and pre-LN sublayers x + f(LN(x))."""
+    from docnmt.model import Embedding, FeedForwardSublayer, State, position_table
+    base = dict(vocab_size=50, d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=1, dropout=0.0)
+    table = torch.nn.Embedding(50, 16)
+    assert Embedding(table, ModelConfig(**base)).scale == 4.0
+    assert Embedding(table, ModelConfig(**base, scale_embeddings=False)).scale == 1.0
+    for kind in ("sinusoidal", "sinusoidal_halves", "sinusoidal_fairseq"):
+        for offset in (0, 1):
+            emb = Embedding(table, ModelConfig(**base, positions=kind, position_offset=offset))
+            torch.testing.assert_close(emb.positions(5), position_table(kind, 5 + offset, 16)[offset:])
+    assert not Embedding(table, ModelConfig(**base, alibi=True)).positions(5).any()      # ALiBi: no position vectors
+    cfg = ModelConfig(**base, pre_norm=True)
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    ffn = FeedForwardSublayer(cfg)
+    torch.testing.assert_close(ffn(x, State({})), x + ffn.transform(ffn.norm(x), None))
+    attn, state = AttentionSublayer(cfg, "enc_self", "enc.0.self"), State({"enc_self": AttnSpec()})
+    torch.testing.assert_close(attn(x, state), x + attn.transform(attn.norm(x), state))
 
 
 def test_config_errors_name_the_choices():
