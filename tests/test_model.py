@@ -211,6 +211,17 @@ def test_embedding_and_sublayer_options():
     torch.testing.assert_close(attn(x, state), x + attn.transform(attn.norm(x), state))
 
 
+def test_output_bias_over_the_whole_vocabulary():
+    """``output_bias`` without ``output_tokens``: every logit gets its token's fixed bias."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**{**vars(CFG), "output_bias": True})).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_()
+        hidden = torch.randn(3, CFG.d_model)
+        want = hidden @ model.decoder.embed.table.weight.t() + model.final_logits_bias
+        torch.testing.assert_close(model.output_projection(hidden), want, rtol=1e-5, atol=1e-5)
+
+
 def test_config_errors_name_the_choices():
     for key, bad, choices in (("activation", "tanh", ACTIVATIONS), ("positions", "rotary", POSITIONS)):
         want = f"^unknown {key} '{bad}'; choose one of {re.escape(', '.join(choices))}$"
