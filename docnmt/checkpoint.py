@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -41,6 +42,7 @@ from .errors import DocnmtError
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
 LOCK = ".lock"
+LOCK_GRACE_SECONDS = 10.0     # how long to wait for a killed holder of a lock to let go
 CHECKPOINT = re.compile(r"u\d{8}")           # u + the update count
 
 crash_hook = None                # tests: called with the name of every crash point reached
@@ -228,6 +230,24 @@ def load_state(path: Path) -> dict:
     return torch.load(Path(path) / STATE, weights_only=True)
 
 
+def _running(pid: str) -> bool:
+    """Whether process ``pid`` is alive and not a zombie (unknown counts as alive)."""
+    try:
+        pid_number = int(pid)
+        return Path(f"/proc/{pid_number}/stat").read_text().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    except ValueError:
+        return True
+    except OSError:
+        pass
+    try:                                   # no /proc (macOS): signal 0 only says whether it exists
+        os.kill(pid_number, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 class DirectoryLock:
     """An exclusive lock on a directory (``flock`` of its ``.lock`` file, which holds the owner's
     pid). The kernel drops it when its process ends, however it ends, so a killed run never
@@ -240,11 +260,18 @@ class DirectoryLock:
             import fcntl
         except ImportError:
             return
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.file.seek(0)
-            holder = self.file.read().strip() or "unknown"
+        deadline = time.monotonic() + LOCK_GRACE_SECONDS
+        while True:
+            try:
+                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                self.file.seek(0)
+                holder = self.file.read().strip() or "unknown"
+                # a holder that was just killed may take a moment to release its descriptors
+                if not _running(holder) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
             self.file.close()
             raise DocnmtError(f"{directory} is in use by another {what} (pid {holder}); wait for it to end "
                               "or choose another --save-dir") from None

@@ -285,6 +285,20 @@ def test_a_lock_file_left_by_a_dead_process_does_not_block(data, tmp_path):
     trainer.close()
 
 
+def test_a_lock_whose_holder_has_died_is_waited_for_not_refused(tmp_path):
+    """A holder killed an instant ago (its pid gone) may not have let go of the lock yet: wait."""
+    import fcntl
+    import threading
+    held = open(tmp_path / ".lock", "a+")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    held.write("999999999\n")
+    held.flush()
+    threading.Timer(0.5, held.close).start()                 # the dying holder's descriptors close
+    lock = DirectoryLock(tmp_path)
+    assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
+    lock.release()
+
+
 def test_a_run_killed_before_its_first_checkpoint_starts_again(data, tmp_path):
     save = tmp_path / "run"
     with pytest.raises(Killed):

@@ -9,6 +9,7 @@ import``.)
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import torch
 from _tiny import assert_incremental_equals_full
 from docnmt import attention
 from docnmt.attention import AttnSpec, attention_flex, attention_reference
+from docnmt.checkpoint import LOCK
 from docnmt.config import Config, preset_names
 from docnmt.model import ModelConfig
 
@@ -201,6 +203,20 @@ def _torchrun(data: Path, save: Path, log_file: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=log_file.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def _wait_gone(pid: int, seconds: float = 60) -> None:
+    """Until ``pid`` has exited (gone, or a zombie nobody reaps, as in containers without an init)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} still alive {seconds} s after SIGKILL")
+
+
 def _losses(save: Path) -> dict[int, float]:
     rows = [json.loads(line) for line in (save / "metrics.jsonl").read_text().splitlines()]
     return {r["updates"]: r["loss"] for r in rows if "loss" in r and "valid_loss" not in r}
@@ -216,8 +232,14 @@ def test_torchrun_trains_is_killed_and_resumes_with_the_same_losses(tiny_dir, tm
     while not (tmp_path / "killed/checkpoints/u00000010").exists():
         assert run.poll() is None and time.time() < deadline, (tmp_path / "killed.log").read_text()[-3000:]
         time.sleep(0.05)
+    # torchrun starts its worker in a session of its own: kill the agent's group and the worker's
+    # (the worker's pid is in the save directory's lock file), and wait until the worker is gone
+    worker = int((tmp_path / "killed" / LOCK).read_text().split()[0])
     os.killpg(run.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(worker, signal.SIGKILL)
     run.wait()
+    _wait_gone(worker)
     killed_at = max(_losses(tmp_path / "killed"))
     assert killed_at < 20
     resumed = _torchrun(data, tmp_path / "killed", tmp_path / "resumed.log")
