@@ -18,77 +18,155 @@ from .readers import FORMATS
 
 FORMAT_HELP = " | ".join(FORMATS)
 
-# flag -> (config key, type, help); shared by `train` (and the decode ones by `translate`)
+# flag -> (config key, type, help, help group). ``bool`` flags are switches with a --no- form
+# (``--dls`` / ``--no-dls``); a flag not given leaves the preset's or model's value.
 TRAIN_FLAGS = {
-    "--arch": (None, str, "named architecture/experiment preset (see `docnmt presets`)"),
-    "--mode": ("data.mode", str, "sent2sent | doc2sent | doc2doc | mr | pseudodoc"),
-    "--context": ("data.context", int, "doc2sent / pseudodoc: number of previous sentences"),
+    "--mode": ("data.mode", str, "sent2sent | doc2sent | doc2doc | mr | pseudodoc", "data"),
+    "--context": ("data.context", int, "doc2sent / pseudodoc: number of previous sentences", "data"),
     "--max-instance-tokens": ("data.max_instance_tokens", int, "doc2doc/mr: instance budget in tokens, see "
-                              "docs/methods/baselines.md#splitting-documents-into-instances-of-at-most-512-tokens"),
+                              "docs/methods/baselines.md#splitting-documents-into-instances-of-at-most-512-tokens",
+                              "data"),
     "--separator": ("data.separator", str, "index (<sepI>) | uniform (<sep>) | group (<s> x </s>, G-Transformer) "
-                    "| global_index (<sepJ> x </s>, DocFlat)"),
+                    "| global_index (<sepJ> x </s>, DocFlat)", "data"),
+    "--mix-sentences": ("data.mix_sentences", bool, "add every sentence pair as an instance of its own "
+                        "(doc+sent / ctx+sent)", "data"),
+    "--context-input": ("data.context_input", int, "sent2sent: previous source sentences as a context input",
+                        "data"),
+    "--context-self": ("data.context_self", bool, "pairs of sentence-level corpora get their own source as context "
+                       "(the context encoder's step-2 mixing)", "data"),
+    "--max-tokens": ("train.max_tokens", int, "batch budget in tokens (padded, the longer of source and target)",
+                     "batching"),
+    "--update-freq": ("train.update_freq", int, "batches per optimizer update", "batching"),
     "--batch-order": ("data.batch_order", str, "sorted (length buckets) | ordered (consecutive instances, "
-                      "whole batches shuffled; DocFlat) | strict (ordered, never shuffled)"),
-    "--mix-sentences": ("data.mix_sentences", str, "true: add sentence pairs (doc+sent / ctx+sent)"),
-    "--dls": ("data.dls", str, "true: doc2doc training segments resampled every epoch (dynamic length sampling)"),
-    "--dls-start-epoch": ("data.dls_start_epoch", int, "DLS temperature T = exp(epoch - k): this k"),
-    "--length-aware": ("model.length_aware", str, "true: length-aware attention (logits x log n / log mean n)"),
-    "--max-tokens": ("train.max_tokens", int, "tokens per batch (padded, max of source/target)"),
-    "--update-freq": ("train.update_freq", int, "batches per optimizer update"),
-    "--lr": ("train.lr", float, "peak learning rate"),
-    "--warmup-updates": ("train.warmup_updates", int, "linear warm-up of the inverse-sqrt schedule"),
-    "--max-update": ("train.max_update", int, "stop after this many updates"),
-    "--max-epoch": ("train.max_epoch", int, "stop after this many epochs"),
-    "--max-minutes": ("train.max_minutes", float, "stop after this much training time"),
-    "--patience": ("train.patience", int, "stop after this many validations without improvement"),
-    "--dropout": ("model.dropout", float, "dropout"),
-    "--label-smoothing": ("train.label_smoothing", float, "label smoothing epsilon"),
-    "--clip-norm": ("train.clip_norm", float, "gradient clipping (0 = off)"),
+                      "whole batches shuffled; DocFlat) | strict (ordered, never shuffled)", "batching"),
+    "--dropout": ("model.dropout", float, "dropout", "model"),
+    "--length-aware": ("model.length_aware", bool, "length-aware attention (logits x log n / log mean n)",
+                       "methods"),
+    "--lr": ("train.lr", float, "peak learning rate", "optimisation"),
+    "--warmup-updates": ("train.warmup_updates", int, "linear warm-up of the inverse-sqrt schedule",
+                         "optimisation"),
+    "--label-smoothing": ("train.label_smoothing", float, "label smoothing epsilon", "optimisation"),
+    "--clip-norm": ("train.clip_norm", float, "gradient clipping (0 = off)", "optimisation"),
+    "--seed": ("train.seed", int, "random seed", "optimisation"),
+    "--max-update": ("train.max_update", int, "stop after this many updates (0 = no limit)", "stopping"),
+    "--max-epoch": ("train.max_epoch", int, "stop after this many epochs (0 = no limit)", "stopping"),
+    "--max-minutes": ("train.max_minutes", float, "stop after this much training time (0 = no limit)",
+                      "stopping"),
+    "--patience": ("train.patience", int, "stop after this many validations without improvement (0 = off)",
+                   "stopping"),
     "--pretrained-lr-scale": ("train.pretrained_lr_scale", float,
-                              "lr of the parameters copied by --init-from, as a share of --lr (G-Transformer: 0.2)"),
-    "--freeze-pretrained": ("train.freeze_pretrained", str,
-                            "true: train only the parameters --init-from did not set (two-step training)"),
-    "--context-input": ("data.context_input", int, "sent2sent: previous source sentences as a context input"),
-    "--context-self": ("data.context_self", str,
-                       "true: pairs of sentence-level corpora get their own source as context (step 2 mixing)"),
-    "--word-dropout": ("train.word_dropout", float, "P(word -> <mask>) on source and decoder input"),
-    "--word-dropout-epochs": ("train.word_dropout_epochs", int, "word dropout in epochs 1..N only (0 = all)"),
-    "--seed": ("train.seed", int, "random seed"),
-    "--precision": ("train.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16 (autocast)"),
-    "--validate-interval-updates": ("train.validate_interval_updates", int, "validate every N updates"),
-    "--save-interval-updates": ("train.save_interval_updates", int, "checkpoint every N updates"),
-    "--keep-last": ("train.keep_last", int, "checkpoints kept (for averaging)"),
-    "--best-metric": ("train.best_metric", str, "loss | nll_loss | bleu"),
-    "--tensorboard-logdir": ("train.tensorboard_dir", str, "also log to TensorBoard here"),
-    "--threads": ("train.threads", int, "CPU threads (0 = torch default)"),
-    "--log-interval": ("train.log_interval", int, "log every N updates"),
+                              "lr of the parameters copied by --init-from, as a share of --lr (G-Transformer: 0.2)",
+                              "methods"),
+    "--freeze-pretrained": ("train.freeze_pretrained", bool,
+                            "train only the parameters --init-from did not set (two-step training)", "methods"),
+    "--dls": ("data.dls", bool, "doc2doc: training segments resampled every epoch (dynamic length sampling)",
+              "methods"),
+    "--dls-start-epoch": ("data.dls_start_epoch", int, "dynamic length sampling's temperature T = exp(epoch - k): "
+                          "this k", "methods"),
+    "--word-dropout": ("train.word_dropout", float, "P(word -> <mask>) on source and decoder input", "methods"),
+    "--word-dropout-epochs": ("train.word_dropout_epochs", int, "word dropout in epochs 1..N only (0 = all)",
+                              "methods"),
+    "--precision": ("train.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16 (autocast)",
+                    "device"),
+    "--threads": ("train.threads", int, "CPU threads (0 = torch's default)", "device"),
+    "--validate-interval-updates": ("train.validate_interval_updates", int,
+                                    "validate (and save) every N updates (0 = at the end of each epoch)",
+                                    "checkpoints"),
+    "--save-interval-updates": ("train.save_interval_updates", int,
+                                "checkpoint every N updates (0 = at the end of each epoch)", "checkpoints"),
+    "--keep-last": ("train.keep_last", int, "checkpoints kept (for averaging)", "checkpoints"),
+    "--best-metric": ("train.best_metric", str, "loss | nll_loss | bleu (needs --valid-bleu)", "checkpoints"),
+    "--valid-bleu": ("train.valid_bleu", bool, "also translate the validation set and report its BLEU",
+                     "checkpoints"),
+    "--log-interval": ("train.log_interval", int, "log every N updates", "logging"),
+    "--tensorboard-logdir": ("train.tensorboard_dir", str, "also log to TensorBoard here", "logging"),
+}
+TRAIN_GROUPS = {
+    "configuration": "a preset or YAML file, then flags and --set on top",
+    "data": "how documents become training instances",
+    "batching": None,
+    "model": None,
+    "optimisation": None,
+    "stopping": "training ends at the first limit reached",
+    "checkpoints": "checkpoints and validation",
+    "methods": "settings of particular methods",
+    "device": None,
+    "logging": None,
 }
 DECODE_FLAGS = {
-    "--beam": ("decode.beam", int, "beam size (1 = greedy)"),
-    "--lenpen": ("decode.lenpen", float, "length penalty: score / length**lenpen"),
-    "--lenpen-style": ("decode.lenpen_style", str, "fairseq (length**lenpen) | gnmt (((5+length)/6)**lenpen)"),
-    "--max-len-a": ("decode.max_len_a", float, "max output length = a * source length + b"),
-    "--max-len-b": ("decode.max_len_b", int, "max output length = a * source length + b"),
-    "--min-len": ("decode.min_len", int, "minimum output length"),
-    "--nbest": ("decode.nbest", int, "hypotheses kept per input (JSONL output)"),
+    "--beam": ("decode.beam", int, "beam size (1 = greedy)", "search"),
+    "--lenpen": ("decode.lenpen", float, "length penalty: score / length**lenpen", "search"),
+    "--lenpen-style": ("decode.lenpen_style", str, "fairseq (length**lenpen) | gnmt (((5+length)/6)**lenpen)",
+                       "search"),
+    "--max-len-a": ("decode.max_len_a", float, "max output length = a * source length + b", "search"),
+    "--max-len-b": ("decode.max_len_b", int, "max output length = a * source length + b", "search"),
+    "--min-len": ("decode.min_len", int, "minimum output length", "search"),
+    "--nbest": ("decode.nbest", int, "hypotheses written per input (plain output: Moses n-best lines)", "search"),
     "--no-repeat-ngram-size": ("decode.no_repeat_ngram_size", int,
                                "never repeat an n-gram of word pieces in a hypothesis "
-                               "(0 = off; separators do not count)"),
-    "--batch-tokens": ("decode.max_tokens", int, "source tokens per decoding batch"),
-    "--batch-size": ("decode.max_sentences", int, "instances per decoding batch"),
-    "--precision": ("decode.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 (autocast)"),
-    "--official-start": ("decode.official_start", str,
-                         "true: G-Transformer starts decoding from <s> like the official code "
-                         "(default: EOD, as in training)"),
+                               "(0 = off; separators do not count)", "search"),
+    "--max-tokens": ("decode.max_tokens", int, "batch budget: source tokens per decoding batch", "batching"),
+    "--batch-size": ("decode.max_sentences", int, "instances per decoding batch", "batching"),
+    "--precision": ("decode.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 (autocast)",
+                    "batching"),
+    "--official-start": ("decode.official_start", bool,
+                         "G-Transformer: start decoding from <s> like the official code (default: the "
+                         "end-of-document token, as in training)", "methods"),
     "--max-instance-tokens": ("data.max_instance_tokens", int,
-                              "Doc2Doc: split documents into instances of fewer tokens (0 = whole documents)"),
-    "--sliding": ("decode.sliding", str, "true: Doc2Doc sliding decoding of documents longer than the window"),
-    "--sliding-window": ("decode.sliding_window", float, "sliding window as a share of the training instance budget"),
-    "--sentence-count": ("decode.sentence_count", str, "true: force the source's sentence count (separator formats)"),
+                              "Doc2Doc: split documents into instances of fewer tokens (0 = whole documents)",
+                              "methods"),
+    "--sliding": ("decode.sliding", bool, "Doc2Doc: sliding decoding of documents longer than the window",
+                  "methods"),
+    "--sliding-window": ("decode.sliding_window", float, "sliding window as a share of the training instance "
+                         "budget", "methods"),
+    "--sentence-count": ("decode.sentence_count", bool, "force the source's sentence count (separator formats)",
+                         "methods"),
     "--first-pass": ("decode.first_pass", str,
-                     ("DocFlat: pass 1 of two-pass decoding, a sentence model's directory or a file of its "
-                      "translations (one line per input sentence; default: the model itself)")),
+                     "DocFlat: pass 1 of two-pass decoding, a sentence model's directory or a file of its "
+                     "translations (one line per input sentence; default: the model itself)", "methods"),
 }
+# old names kept working, not shown in --help
+DECODE_ALIASES = {"--batch-tokens": "--max-tokens"}
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's default after its help text, unless the text already says it or there is
+    none (a flag absent from the command line)."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=32, width=min(110, max(60, _terminal_width())))
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        shows = action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE)
+        if "%(default)" in text or "default" in text.lower() or action.default is None or action.default is False \
+                or action.default == argparse.SUPPRESS or not shows:
+            return text
+        return text + " (default: %(default)s)"
+
+
+def _terminal_width() -> int:
+    import shutil
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def base_default(key: str):
+    """The base configuration's value of ``section.key`` (what applies when neither a preset nor a
+    flag sets it)."""
+    import dataclasses
+
+    from .config import Config
+    section, name = key.split(".", 1)
+    for f in dataclasses.fields(Config.SECTIONS[section]):
+        if f.name == name:
+            return f.default
+    raise KeyError(key)
+
+
+def _shown(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "none" if value == "" else str(value)
 
 
 def positive_int(text: str) -> int:
@@ -98,14 +176,26 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_flags(p: argparse.ArgumentParser, flags: dict) -> None:
-    for flag, (_, typ, help_) in flags.items():
-        p.add_argument(flag, type=typ, help=help_)
+def add_flags(p: argparse.ArgumentParser, flags: dict, groups: dict | None = None) -> None:
+    """Add ``flags`` (a table as above) to ``p``, each in its help group from ``groups`` (title ->
+    argument group; missing titles are added), its help saying the base default."""
+    for flag, (key, typ, help_, group) in flags.items():
+        target = p
+        if groups is not None:
+            if group not in groups:
+                groups[group] = p.add_argument_group(group)
+            target = groups[group]
+        shown = f" (default: {_shown(base_default(key))})" if key and "default" not in help_ else ""
+        if typ is bool:
+            target.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_ + shown)
+        else:
+            target.add_argument(flag, type=typ, help=help_ + shown,
+                                metavar={int: "N", float: "NUM"}.get(typ))
 
 
 def collect_overrides(args, flags: dict) -> dict:
     out = {}
-    for flag, (key, _, _) in flags.items():
+    for flag, (key, *_) in flags.items():
         value = getattr(args, flag[2:].replace("-", "_"), None)
         if key and value is not None:
             out[key] = value
@@ -120,7 +210,7 @@ def collect_overrides(args, flags: dict) -> dict:
 def flag_labels(args, flags: dict) -> dict:
     """Config key -> the flag the user typed for it (``decode.max_sentences`` -> ``--batch-size``,
     ``--set train.lr``), so that a bad value is reported under that name."""
-    labels = {key: flag for flag, (key, _, _) in flags.items()
+    labels = {key: flag for flag, (key, *_) in flags.items()
               if key and getattr(args, flag[2:].replace("-", "_"), None) is not None}
     for item in getattr(args, "set", None) or []:
         key = item.split("=", 1)[0]
@@ -128,66 +218,108 @@ def flag_labels(args, flags: dict) -> dict:
     return labels
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="docnmt", description="Document-level neural machine translation.")
-    ap.add_argument("--version", action="version", version=_version())
-    sub = ap.add_subparsers(dest="verb", required=True)
+class Parser(argparse.ArgumentParser):
+    """Usage errors as one line, like every other error of docnmt."""
 
-    p = sub.add_parser("prepare", help="read corpora, learn subwords, encode and store them")
-    p.add_argument("--source-lang", "-s", required=True)
-    p.add_argument("--target-lang", "-t", required=True)
-    p.add_argument("--trainpref", nargs="+", required=True, help="corpus prefixes (PREFIX.LANG files)")
-    p.add_argument("--validpref", nargs="+")
-    p.add_argument("--testpref", nargs="+")
-    p.add_argument("--destdir", required=True)
+    verb_hint = ""       # the verb of the command line being parsed (set by main)
+
+    def error(self, message: str):
+        verb = self.prog.split()[-1] if self.prog != "docnmt" else self.verb_hint
+        self.exit(2, f"docnmt: error: {message} (see docnmt {verb + ' ' if verb else ''}--help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(prog="docnmt", description="Document-level neural machine translation.",
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("--version", action="version", version=_version())
+    sub = ap.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def verb(name: str, help_: str, epilog: str | None = None) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".", epilog=epilog,
+                              formatter_class=HelpFormatter)
+
+    p = verb("prepare", "read corpora, learn subwords, encode and store them")
+    p.add_argument("--source-lang", "-s", required=True, help="source language code (the suffix of source files)")
+    p.add_argument("--target-lang", "-t", required=True, help="target language code (the suffix of target files)")
+    p.add_argument("--trainpref", nargs="+", required=True, help="training corpus prefixes (PREFIX.LANG files)")
+    p.add_argument("--validpref", nargs="+", help="validation corpus prefixes")
+    p.add_argument("--testpref", nargs="+", help="test corpus prefixes")
+    p.add_argument("--destdir", required=True, help="directory to write the prepared data to")
     p.add_argument("--subword", default="spm", choices=["spm", "moses-bpe"],
                    help="spm: joint SentencePiece model (--vocab-size); moses-bpe: the classic pipeline, Moses "
                         "tokenisation + joint subword-nmt BPE (--bpe-merges; needs pip install docnmt[moses])")
-    p.add_argument("--vocab-size", type=positive_int, default=8000, help="spm: joint SentencePiece pieces")
-    p.add_argument("--bpe-merges", type=positive_int, default=30000, help="moses-bpe: joint BPE merge operations")
+    p.add_argument("--vocab-size", type=positive_int, default=8000, metavar="N", help="spm: joint SentencePiece "
+                                                                                      "pieces")
+    p.add_argument("--bpe-merges", type=positive_int, default=30000, metavar="N",
+                   help="moses-bpe: joint BPE merge operations")
     p.add_argument("--spm-model", help="reuse this SentencePiece model file, or the subword model (either kind) "
                                        "of a data/model directory")
-    p.add_argument("--format", default="auto", help=FORMAT_HELP)
-    p.add_argument("--max-sentence-tokens", type=positive_int, default=1022,
-                   help="a longer sentence (in subword tokens) is an error naming it")
-    p.add_argument("--force", action="store_true", help="overwrite a non-empty --destdir")
-
-    p = sub.add_parser("train", help="train a model")
-    p.add_argument("data", help="directory written by `docnmt prepare`")
-    p.add_argument("--save-dir", required=True, help="model directory (resumed if it holds a run)")
-    p.add_argument("--config", "-c", help="YAML config or preset name")
-    add_flags(p, TRAIN_FLAGS)
-    add_flags(p, {k: v for k, v in DECODE_FLAGS.items() if k in ("--beam", "--lenpen")})
-    p.add_argument("--valid-bleu", action="store_true", help="also translate the validation set and report BLEU")
-    p.add_argument("--init-from", help="initialise the weights from this model directory or .safetensors")
-    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="any config value")
-    p.add_argument("--force", action="store_true",
-                   help="start over in a --save-dir holding a docnmt model (never in a folder with other files)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    p = sub.add_parser("translate", help="translate documents")
-    p.add_argument("model", help="model directory")
-    p.add_argument("--input", "-i", nargs="*", help="source file(s); stdin when omitted")
     p.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP)
-    p.add_argument("--output", "-o", help="output file (stdout when omitted); never overwritten without --force")
-    p.add_argument("--output-format", default="marker", choices=["marker", "jsonl"])
-    p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
-    p.add_argument("--greedy", action="store_true", help="greedy search (beam 1)")
-    p.add_argument("--device", help="cpu | cuda")
-    p.add_argument("--force", action="store_true")
-    p.add_argument("--report", metavar="FILE",
+    p.add_argument("--max-sentence-tokens", type=positive_int, default=1022, metavar="N",
+                   help="a longer sentence (in subword tokens) is an error naming it")
+    p.add_argument("--force", action="store_true",
+                   help="replace a --destdir that docnmt prepared (built beside it, swapped when complete)")
+
+    p = verb("train", "train a model",
+             epilog="Defaults are the base configuration's; a preset (--arch, see `docnmt presets`) or a --config "
+                    "file sets its own values, and flags and --set override both. A run's settings are kept in "
+                    "SAVE_DIR/config.yaml.")
+    groups = {title: p.add_argument_group(title, about) for title, about in TRAIN_GROUPS.items()}
+    p.add_argument("data", help="directory written by `docnmt prepare`")
+    g = groups["configuration"]
+    g.add_argument("--arch", help="named preset: architecture and method (see `docnmt presets`; "
+                                  "default: transformer_small)")
+    g.add_argument("--config", "-c", help="YAML config file (or preset name); instead of --arch")
+    g.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                   help="any config value, e.g. --set model.ffn_dim=1024 (repeatable)")
+    groups["model"].add_argument("--init-from", metavar="MODEL",
+                                 help="initialise the weights from this model directory (docnmt or imported) "
+                                      "or .safetensors file")
+    g = groups["checkpoints"]
+    g.add_argument("--save-dir", required=True, help="model directory (resumed if it holds a run)")
+    g.add_argument("--force", action="store_true",
+                   help="start over in a --save-dir holding a docnmt model (never in a folder with other files)")
+    groups["device"].add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when there is a GPU; "
+                                                   "under torchrun each process takes its local rank's GPU)")
+    groups["logging"].add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                                   help="progress bar on stderr")
+    add_flags(p, TRAIN_FLAGS, groups)
+    add_flags(p, {k: (key, typ, h + " (--valid-bleu)", "checkpoints")
+                  for k, (key, typ, h, _) in DECODE_FLAGS.items() if k in ("--beam", "--lenpen")}, groups)
+
+    p = verb("translate", "translate documents",
+             epilog="Decoding defaults are the model's own (the decode section of MODEL/config.yaml); the "
+                    "defaults shown are the base configuration's.")
+    groups = {title: p.add_argument_group(title) for title in ("input and output", "search", "batching",
+                                                                "methods", "model")}
+    p.add_argument("model", help="model directory")
+    g = groups["input and output"]
+    g.add_argument("--input", "-i", nargs="*", metavar="FILE", help="source file(s) (default: stdin)")
+    g.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP)
+    g.add_argument("--output", "-o", help="output file (default: stdout); never overwritten without --force")
+    g.add_argument("--output-format", default="marker", choices=["marker", "jsonl"],
+                   help="marker: one line per source sentence with <d> lines between documents; jsonl: one "
+                        "object per document (sentences, n-best lists, scores)")
+    g.add_argument("--force", action="store_true", help="overwrite --output and --report if they exist")
+    g.add_argument("--report", metavar="FILE",
                    help="also write the coverage report (documents fully recovered, empty and merged sentences) "
                         "here as JSON; never overwritten without --force")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report on stderr")
-    p.add_argument("--print-scores", action="store_true",
+    g.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report on stderr")
+    g.add_argument("--print-scores", action="store_true",
                    help="add each sentence's and document's log-probability per token under the model "
                         "(plain output: 'score<TAB>translation' and '<d><TAB>score' lines; JSONL: meta)")
-    add_flags(p, DECODE_FLAGS)
+    groups["search"].add_argument("--greedy", action="store_true", help="greedy search (beam 1)")
+    g = groups["model"]
+    g.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
+    g.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when there is a GPU)")
+    add_flags(p, DECODE_FLAGS, groups)
+    for alias, flag in DECODE_ALIASES.items():
+        p.add_argument(alias, dest=flag[2:].replace("-", "_"), type=DECODE_FLAGS[flag][1], help=argparse.SUPPRESS)
 
-    p = sub.add_parser("score", help="reference scores: the log-probability of every reference sentence and "
+    p = verb("score", "reference scores: the log-probability of every reference sentence and "
                                      "document in the model's own input format")
     p.add_argument("model", help="model directory")
-    p.add_argument("--src", required=True, help="source documents (any input format)")
+    p.add_argument("--src", "--input", "-i", dest="src", required=True, help="source documents (any input format)")
     p.add_argument("--ref", required=True, help="reference translations, in the same document structure")
     p.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP)
     p.add_argument("--output", "-o", help="output file (stdout when omitted); never overwritten without --force")
@@ -199,15 +331,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary on stderr")
 
-    p = sub.add_parser("evaluate", help="s-BLEU, d-BLEU and chrF of a translation against references")
+    p = verb("evaluate", "s-BLEU, d-BLEU and chrF of a translation against references")
     p.add_argument("--hyp", required=True, help="translation (marker format with <d> lines, or JSONL)")
     p.add_argument("--ref", required=True, help="references in the same document structure")
     p.add_argument("--compare", help="a second system's translation: paired bootstrap against --hyp")
-    p.add_argument("--bootstrap-samples", type=positive_int, default=1000)
+    p.add_argument("--bootstrap-samples", type=positive_int, default=1000, metavar="N",
+                   help="bootstrap resamples for the paired significance test of --compare")
     p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument("--by-length", action="store_true",
                    help="also d-BLEU per document-length bucket (source words with --src, else reference words)")
-    p.add_argument("--src", help="source documents (for --by-length)")
+    p.add_argument("--src", "--input", "-i", dest="src", help="source documents (for --by-length)")
     p.add_argument("--plot", help="--by-length: write the d-BLEU vs length plot here (PNG)")
 
     p.add_argument("--tcp", metavar="PDC_DIR",
@@ -216,12 +349,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--comet-model", help="also COMET with this local checkpoint (needs --src and unbabel-comet; "
                                          "never downloads; skipped with a one-line note otherwise)")
 
-    p = sub.add_parser("score-contrastive",
-                       help="accuracy of a model on a contrastive test suite (pronouns, deixis, ...)")
+    p = verb("score-contrastive", "accuracy of a model on a contrastive test suite (pronouns, deixis, ...)")
     p.add_argument("model", help="model directory")
     p.add_argument("suite", help="suite file or directory: Voita et al. JSON, Bawden et al. JSON, SCAT directory, "
                                  "or contrapro.json with its text/context files")
-    p.add_argument("--format", default="auto", choices=["auto", "voita", "bawden", "scat", "contrapro"])
+    p.add_argument("--format", default="auto", choices=["auto", "voita", "bawden", "scat", "contrapro"],
+                   help="suite format (auto: from the file names and contents)")
     p.add_argument("--split", default="valid", help="SCAT split (train | valid)")
     p.add_argument("--max-context", type=int, help="at most this many context sentences (default: all the suite "
                                                    "gives that fit the model's instance budget)")
@@ -233,27 +366,29 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "accuracy difference and its exact McNemar p-value")
     p.add_argument("--json", help="write the accuracy report here (JSON)")
     p.add_argument("--plot", help="write accuracy by antecedent distance (or pronoun) here (PNG)")
-    p.add_argument("--batch-tokens", type=int, help="tokens per scoring batch")
+    p.add_argument("--max-tokens", dest="batch_tokens", type=int, metavar="N",
+                   help="batch budget: tokens per scoring batch (default: the model's decoding budget)")
+    p.add_argument("--batch-tokens", dest="batch_tokens", type=int, help=argparse.SUPPRESS)    # the old name
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true", help="overwrite existing --scores/--json/--plot files")
 
-    p = sub.add_parser("entropy", help="attention entropy per module (bits) and self-attention distance (tokens) "
+    p = verb("entropy", "attention entropy per module (bits) and self-attention distance (tokens) "
                                        "of a model on parallel documents")
     p.add_argument("model", help="model directory")
-    p.add_argument("--src", required=True, help="source documents")
+    p.add_argument("--src", "--input", "-i", dest="src", required=True, help="source documents")
     p.add_argument("--ref", required=True, help="target documents")
     p.add_argument("--format", default="auto", help="input format (as for translate)")
     p.add_argument("--json", help="also write the result as JSON here")
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
     p.add_argument("--device", help="cpu | cuda")
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
-    p = sub.add_parser("fba-map", help="DocFlat: the encoder flat-batch attention of one decoding batch, "
+    p = verb("fba-map", "DocFlat: the encoder flat-batch attention of one decoding batch, "
                                        "per sentence pair (PNG)")
     p.add_argument("model", help="DocFlat model directory")
-    p.add_argument("--src", "-i", required=True, help="source documents (any input format)")
+    p.add_argument("--src", "--input", "-i", dest="src", required=True, help="source documents (any input format)")
     p.add_argument("--format", default="auto", help="input format (as for translate)")
     p.add_argument("--doc", type=int, default=1, help="document number (1-based)")
     p.add_argument("--start", type=int, default=1, help="first sentence of the batch (1-based)")
@@ -261,13 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", required=True, help="PNG to write; never overwritten without --force")
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
     p.add_argument("--device", help="cpu | cuda")
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
-    p = sub.add_parser("compare",
-                       help="one table (Markdown, CSV) of all metrics of several systems on the same test data")
+    p = verb("compare", "one table (Markdown, CSV) of all metrics of several systems on the same test data")
     p.add_argument("runs", nargs="+", metavar="RUN",
                    help="model directories or translation files, optionally NAME=PATH")
-    p.add_argument("--src", required=True, help="source documents of the test set")
+    p.add_argument("--src", "--input", "-i", dest="src", required=True, help="source documents of the test set")
     p.add_argument("--ref", required=True, help="reference documents (marker or JSONL)")
     p.add_argument("--format", default="auto", help="format of --src (as for translate)")
     p.add_argument("--out", default="compare",
@@ -275,17 +409,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", help="system the others are tested against (default: the first)")
     p.add_argument("--suite", action="append", default=[],
                    help="also score model directories on this contrastive suite")
-    p.add_argument("--suite-format", default="auto", choices=["auto", "voita", "bawden", "scat", "contrapro"])
+    p.add_argument("--suite-format", default="auto", choices=["auto", "voita", "bawden", "scat", "contrapro"],
+                   help="format of the --suite files (auto: from the file names and contents)")
     p.add_argument("--suite-split", default="valid", help="SCAT split of the suites")
     p.add_argument("--suite-langs", nargs=2, metavar=("SRC", "TGT"), help="languages of the suites")
     p.add_argument("--no-detokenize", action="store_true", help="Voita et al.: keep the suite's Moses tokenisation")
     p.add_argument("--tcp", metavar="PDC_DIR", help="also TCP against this PDC test directory")
     p.add_argument("--comet-model", help="also COMET with this local checkpoint")
-    p.add_argument("--bootstrap-samples", type=positive_int, default=1000)
+    p.add_argument("--bootstrap-samples", type=positive_int, default=1000, metavar="N",
+                   help="bootstrap resamples of the paired significance tests")
     p.add_argument("--force", action="store_true", help="re-translate, and write into a non-compare --out")
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
 
-    p = sub.add_parser("probe", help="position probing of encoder layers (absolute, relative, word order)")
+    p = verb("probe", "position probing of encoder layers (absolute, relative, word order)")
     p.add_argument("models", nargs="+", help="model directories (compared in the plots)")
     p.add_argument("--train", required=True, help="documents to train the probes on (source side is read)")
     p.add_argument("--valid", required=True, help="documents to select the probes on")
@@ -300,17 +436,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="input-length study with one model per length (the paper's setup): probe each Doc2Doc "
                         "MODEL on inputs of at most its own --max-instance-tokens and plot against that length")
     p.add_argument("--max-examples", type=int, default=20000, help="tokens or pairs per split and task")
-    p.add_argument("--max-epochs", type=int, default=50)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-epochs", type=int, default=50, metavar="N",
+                   help="training epochs of each probe at most (early stopping on --valid)")
+    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="examples per probe training batch")
 
-    p = sub.add_parser("average", help="average the last N checkpoints of a model directory")
+    p = verb("average", "average the last N checkpoints of a model directory")
     p.add_argument("model", help="model directory")
-    p.add_argument("--last", type=positive_int, default=5)
+    p.add_argument("--last", type=positive_int, default=5, metavar="N",
+                   help="average this many of the newest checkpoints (fewer if there are fewer, said loudly)")
     p.add_argument("--output", "-o", help="default MODEL/averaged.safetensors")
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
-    p = sub.add_parser("quickstart", help="prepare, train and translate the bundled chat corpus")
-    p.add_argument("--workdir", default="docnmt-quickstart")
+    p = verb("quickstart", "prepare, train and translate the bundled chat corpus")
+    p.add_argument("--workdir", default="docnmt-quickstart",
+                   help="directory for the prepared data, the model and the translation")
     p.add_argument("--updates", type=positive_int, default=1200,
                    help="training updates (the result depends on these, not on how busy the machine is)")
     p.add_argument("--minutes", type=float, default=30.0,
@@ -318,9 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(said loudly when it happens)")
     p.add_argument("--force", action="store_true", help="start over in a --workdir an earlier quick start made")
 
-    sub.add_parser("presets", help="list the named presets")
+    verb("presets", "list the named presets")
 
-    p = sub.add_parser("import-hf", help="import a Hugging Face translation model (Marian/OPUS-MT, mBART, NLLB, "
+    p = verb("import-hf", "import a Hugging Face translation model (Marian/OPUS-MT, mBART, NLLB, "
                                          "M2M-100) into a docnmt model directory (needs pip install docnmt[hf])")
     p.add_argument("hf_dir", metavar="DIR", help="local Hugging Face directory (config.json, weights, tokenizer)")
     p.add_argument("--save-dir", required=True, help="docnmt model directory to write")
@@ -330,14 +469,14 @@ def build_parser() -> argparse.ArgumentParser:
                                       "token)")
     p.add_argument("--force", action="store_true", help="replace a docnmt model in --save-dir")
 
-    p = sub.add_parser("export-hf", help="write a Transformer model (sentence-level or Doc2Doc) as a Hugging Face "
+    p = verb("export-hf", "write a Transformer model (sentence-level or Doc2Doc) as a Hugging Face "
                                          "directory (needs pip install docnmt[hf])")
     p.add_argument("model", help="docnmt model directory")
     p.add_argument("out", metavar="DIR", help="Hugging Face directory to write")
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
     p.add_argument("--force", action="store_true", help="write into a non-empty DIR")
 
-    p = sub.add_parser("serve", help="serve models over HTTP: a JSON API, file upload and a web page "
+    p = verb("serve", "serve models over HTTP: a JSON API, file upload and a web page "
                                      "(needs pip install docnmt[serve])")
     p.add_argument("models", nargs="+", metavar="MODEL", help="model directories, optionally NAME=DIR")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
@@ -350,9 +489,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "always kept for short requests")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: cores / workers)")
     p.add_argument("--device", help="cpu | cuda")
-    p.add_argument("--max-sentences", type=positive_int, default=5000, help="sentences per request")
-    p.add_argument("--max-chars", type=positive_int, default=500_000, help="source characters per request")
-    p.add_argument("--max-tokens", type=positive_int, default=100_000, help="source subword tokens per request")
+    p.add_argument("--request-sentences", type=positive_int, default=5000, metavar="N",
+                   help="source sentences per request, at most (413 beyond)")
+    p.add_argument("--request-chars", type=positive_int, default=500_000, metavar="N",
+                   help="source characters per request, at most (413 beyond)")
+    p.add_argument("--request-tokens", type=positive_int, default=100_000, metavar="N",
+                   help="source subword tokens per request, at most (413 beyond)")
     p.add_argument("--max-upload-mb", type=float, default=4.0, help="request body size (JSON or uploaded file)")
     p.add_argument("--max-beam", type=positive_int, default=16, help="largest beam a request may ask for")
     p.add_argument("--timeout", type=float, default=600.0,
@@ -361,8 +503,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests in the service at once; more are answered 503 with Retry-After")
     p.add_argument("--batch-wait-ms", type=float, default=5.0,
                    help="how long a request waits for others to be decoded with it")
-    p.add_argument("--batch-tokens", type=positive_int, default=4000, help="source tokens decoded together")
-    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--max-tokens", dest="batch_tokens", type=positive_int, default=4000, metavar="N",
+                   help="batch budget: source tokens decoded together, at most")
+    p.add_argument("--batch-tokens", dest="batch_tokens", type=positive_int, help=argparse.SUPPRESS)  # the old name
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                   help="server log level on stderr")
     return ap
 
 
@@ -372,7 +517,13 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser.verb_hint = next((a for a in argv if a in VERBS), "")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:          # a usage error (one line, status 2), --help or --version (status 0)
+        return e.code if isinstance(e.code, int) else 0
     try:
         return VERBS[args.verb](args) or 0
     except DocnmtError as e:
@@ -405,8 +556,6 @@ def cmd_train(args) -> int:
     from .config import Config
     from .train import Trainer
     overrides = collect_overrides(args, {**DECODE_FLAGS, **TRAIN_FLAGS})
-    if args.valid_bleu:
-        overrides["train.valid_bleu"] = True
     if args.config and args.arch:
         raise DocnmtError("give either --config or --arch, not both")
     if args.init_from:           # a model with a pretrained tokenizer brings its architecture
@@ -415,7 +564,7 @@ def cmd_train(args) -> int:
     cfg = Config.load(args.config or args.arch or "transformer_small").override(
         overrides, flag_labels(args, {**DECODE_FLAGS, **TRAIN_FLAGS}))
     trainer = Trainer(cfg, args.data, args.save_dir, force=args.force, init_from=args.init_from,
-                      progress_bar=not args.no_progress)
+                      progress_bar=args.progress, device=args.device)
     out = trainer.train()
     print(f"model saved in {out}", file=sys.stderr)
     return 0
@@ -768,7 +917,7 @@ def cmd_score_contrastive(args) -> int:
     refuse_overwrite((args.scores, args.json, args.plot), args.force)
     refuse_unwritable((args.scores, args.json, args.plot))
     if args.batch_tokens is not None and args.batch_tokens < 1:
-        raise DocnmtError(f"--batch-tokens must be at least 1, not {args.batch_tokens}")
+        raise DocnmtError(f"--max-tokens must be at least 1, not {args.batch_tokens}")
     if args.max_context is not None and args.max_context < 0:
         raise DocnmtError(f"--max-context must be at least 0, not {args.max_context}")
     examples = read_suite(args.suite, args.format, split=args.split, detokenize=not args.no_detokenize,
@@ -892,7 +1041,8 @@ def cmd_serve(args) -> int:
     except ImportError as e:
         raise DocnmtError(f"docnmt serve needs the serve extra ({e.name} is missing): "
                           "pip install 'docnmt[serve]'") from None
-    settings = Settings(max_sentences=args.max_sentences, max_chars=args.max_chars, max_tokens=args.max_tokens,
+    settings = Settings(max_sentences=args.request_sentences, max_chars=args.request_chars,
+                        max_tokens=args.request_tokens,
                         max_upload_bytes=int(args.max_upload_mb * 2**20), max_beam=args.max_beam,
                         timeout=args.timeout, queue=args.queue, batch_wait=args.batch_wait_ms / 1000,
                         batch_tokens=args.batch_tokens, workers=args.workers, api_key=args.api_key)

@@ -290,7 +290,8 @@ BAD_FLAGS = [
     (["--max-instance-tokens", "-1"], "--max-instance-tokens must be at least 0"),
     (["--update-freq", "0"], "--update-freq must be at least 1"),
     (["--dropout", "1.5"], "--dropout must be in [0, 1)"),
-    (["--mix-sentences", "maybe"], "--mix-sentences must be true or false"),
+    (["--set", "data.mix_sentences=maybe"], "--set data.mix_sentences must be true or false"),
+    (["--mix-sentences", "maybe"], "unrecognized arguments: maybe"),       # a switch takes no value
     (["--set", "train.weight_decay=nan"], "--set train.weight_decay must be"),
 ]
 for _flags, _words in BAD_FLAGS:
@@ -404,7 +405,8 @@ BAD_DECODING = [
     (["--max-len-a", "inf"], "--max-len-a must be a finite number"),
     (["--max-instance-tokens", "-1"], "--max-instance-tokens must be at least 0"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
-    (["--batch-tokens", "0"], "--batch-tokens must be at least 1"),
+    (["--max-tokens", "0"], "--max-tokens must be at least 1"),
+    (["--batch-tokens", "0"], "--max-tokens must be at least 1"),              # the old name
     (["--nbest", "9", "--beam", "2"], "--nbest (9) cannot exceed --beam (2)"),
     (["--precision", "fp64"], "--precision must be"),
     (["--device", "tpu"], "unknown device"),
@@ -638,8 +640,8 @@ def _(a):
     return score_argv(a, a.root / "none.json"), [str(a.root / "none.json"), "no such test suite"]
 
 
-for _flags, _words in ((["--batch-tokens", "0"], "--batch-tokens must be at least 1, not 0"),
-                       (["--batch-tokens", "-4"], "--batch-tokens must be at least 1, not -4"),
+for _flags, _words in ((["--max-tokens", "0"], "--max-tokens must be at least 1, not 0"),
+                       (["--batch-tokens", "-4"], "--max-tokens must be at least 1, not -4"),
                        (["--max-context", "-1"], "--max-context must be at least 0, not -1")):
     case("score-contrastive", "flag" + "".join(_flags))(
         lambda a, flags=_flags, words=_words: (score_argv(a, a.write("suite.json", json.dumps(VOITA)), "--format",

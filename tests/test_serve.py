@@ -44,7 +44,7 @@ from docnmt.serve import (  # noqa: E402
 
 # the limits of every server here, in-process and real
 LIMITS = Settings(max_sentences=50, max_chars=2000, max_tokens=400, max_upload_bytes=20000, max_beam=4)
-FLAGS = ["--max-sentences", "50", "--max-chars", "2000", "--max-tokens", "400", "--max-upload-mb",
+FLAGS = ["--request-sentences", "50", "--request-chars", "2000", "--request-tokens", "400", "--max-upload-mb",
          str(20000 / 2**20), "--max-beam", "4"]
 KEY = "test-key"
 

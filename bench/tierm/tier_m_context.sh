@@ -31,7 +31,7 @@ score() {   # decode valid ted and news the same way for every system, and score
 train --arch sent2sent_small --save-dir $R/$S1 --max-update "$S" --warmup-updates "$WARM"
 train --arch context_transformer_small --init-from $R/$S1 --save-dir $R/ctx_step2 \
       --max-update "$T" --warmup-updates "$WARM2"
-train --arch context_transformer_small --freeze-pretrained false --save-dir $R/ctx_scratch \
+train --arch context_transformer_small --no-freeze-pretrained --save-dir $R/ctx_scratch \
       --max-update $((S + T)) --warmup-updates "$WARM"
 for name in $S1 ctx_step2 ctx_scratch; do score $name; done
 python bench/tierm/tier_m_table.py $R/$S1 $R/ctx_step2 $R/ctx_scratch

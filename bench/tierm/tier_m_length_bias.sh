@@ -35,7 +35,7 @@ for name in $SYSTEMS; do
     decode $name $R/$name/length/ted.b$b.de --max-instance-tokens "$b"
     points+=("$b=$R/$name/length/ted.b$b.json")
   done
-  decode $name $R/$name/length/ted.sliding.de --sliding true
+  decode $name $R/$name/length/ted.sliding.de --sliding
   args+=(--series "$name" "${points[@]}" --baseline "$name, sliding=$R/$name/length/ted.sliding.json")
   bash bench/tierm/keep_tierm.sh $R/$name
 done
