@@ -543,6 +543,25 @@ def test_word_dropout_masks_only_ordinary_words_and_is_seeded(tiny_corpus, tiny_
     assert torch.equal(again["src"], out["src"]) and not torch.equal(other["src"], out["src"])
 
 
+def test_word_dropout_follows_the_vocabularys_own_piece_range():
+    """A pretrained (e.g. Marian) vocabulary has ordinary pieces from id 2 and its pad among the
+    pieces: word dropout reaches ids 2 and 3 and never drops the pad, wherever it sits."""
+    from docnmt.data import word_dropout
+
+    class Marian:
+        word_ids = (2, 50)
+        pad, unk, bos, eos = 49, 1, 51, 0
+
+        def id(self, symbol):
+            return 52
+
+    x = torch.tensor([[2, 3, 2, 3, 49, 49, 0, 1, 51, 10] * 20])
+    out = word_dropout({"src": x}, 0.5, Marian(), (1, 1, 0, 0))["src"]
+    dropped = out == 52
+    assert dropped[x == 2].any() and dropped[x == 3].any() and dropped[x == 10].any()
+    assert not dropped[(x == 49) | (x == 0) | (x == 1) | (x == 51)].any()
+
+
 def test_prepare_splits_sentence_level_corpora_into_single_sentence_documents(ted_valid_prefix, tmp_path, shared_data):
     """A plain sentence-per-line corpus (ende/sent/*) must not become one giant document whose
     unrelated sentences Doc2Doc would join into instances."""
