@@ -438,9 +438,11 @@ class TwoPass(Walk):
         rows = build_instances(corpus, translator.cfg.data, training=False)
         if getattr(search, "first_pass", ""):
             return [(rows, rows[:, 1] - 1)]
-        log.warning("two-pass decoding: pass 1 is translated by this document model itself (one-sentence "
-                    "pseudo-documents); the paper uses a sentence model: --first-pass SENTENCE_MODEL_DIR "
-                    "(docs/methods/docflat.md#decoding-two-passes-batch-by-batch)")
+        if not getattr(translator, "warned_first_pass", False):    # once per translator (a service: per model)
+            log.warning("two-pass decoding: pass 1 is translated by this document model itself (one-sentence "
+                        "pseudo-documents); the paper uses a sentence model: --first-pass SENTENCE_MODEL_DIR "
+                        "(docs/methods/docflat.md#decoding-two-passes-batch-by-batch)")
+            translator.warned_first_pass = True
         return [(sent_instances(corpus), np.arange(corpus.n_sents)), (rows, rows[:, 1] - 1)]
 
     def run(self, translator, docs, corpus, rounds, search, decode) -> None:
