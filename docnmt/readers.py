@@ -525,6 +525,31 @@ def _sniff(f: Text) -> str:
     return "blankline" if full and "" in stripped[full[0]:full[-1]] else "plain"
 
 
+def detect_format(f: Text) -> str:
+    """The format ``read_documents(fmt="auto")`` reads ``f`` as: by its name's extension, else by
+    its content (marker, blankline, plain, xml, jsonl, bcontrast)."""
+    return _sniff(f)
+
+
+def replace_segments(text: str, translations: list[str]) -> str:
+    """``text`` (XML/SGML as :func:`read_xml` reads it) with the contents of its ``<seg>``
+    elements, in reading order, replaced by ``translations``."""
+    blank = _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)   # same offsets, no comments
+    spans = []
+    tags = list(_DOC_TAG.finditer(blank))
+    for k, tag in enumerate(tags):
+        end = tags[k + 1].start() if k + 1 < len(tags) else len(blank)
+        spans.extend(seg.span(2) for seg in _SEG.finditer(blank, tag.end(), end))
+    if len(spans) != len(translations):
+        raise DataError(f"{len(spans)} segments but {len(translations)} translations")
+    out, pos = [], 0
+    for (a, b), t in zip(spans, translations):
+        out += [text[pos:a], html.escape(t, quote=False)]
+        pos = b
+    out.append(text[pos:])
+    return re.sub(r"(</?)srcset\b", r"\1tstset", "".join(out))
+
+
 def read_documents(src, tgt=None, fmt: str = "auto", docids=None, allow_empty: bool = False,
                    **kw) -> list[Document]:
     """Read ``src`` (``"-"``: standard input) and optionally ``tgt`` in format ``fmt``.

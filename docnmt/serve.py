@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import hmac
-import html
 import io
 import json
 import logging
@@ -592,7 +591,7 @@ def read_upload(data: bytes, filename: str, fmt: str) -> tuple[list[Document], s
         path.write_bytes(data)
         try:
             text = readers.read_text(path)
-            fmt = readers._sniff(text) if fmt == "auto" else fmt   # the readers' own detection
+            fmt = readers.detect_format(text) if fmt == "auto" else fmt
             if fmt == "bcontrast":
                 raise DataError("BConTrasT JSON cannot be written back: convert it to JSONL first")
             docs = readers.read_documents(path, fmt=fmt)
@@ -609,7 +608,7 @@ def write_back(docs: list[Document], fmt: str, original: str) -> str:
     if fmt == "jsonl":
         readers.write_jsonl([Document(d.docid, d.src, d.tgt, _public_meta(d.meta)) for d in docs], buf)
     elif fmt in ("xml", "sgml"):
-        return replace_segments(original, [t for d in docs for t in d.tgt])
+        return readers.replace_segments(original, [t for d in docs for t in d.tgt])
     else:
         readers.write_marker(docs, buf, side="tgt", allow_empty=True)
     return buf.getvalue()
@@ -619,23 +618,6 @@ def _public_meta(meta: dict) -> dict:
     return {k: v for k, v in meta.items() if k not in ("problem", "scores")}
 
 
-def replace_segments(text: str, translations: list[str]) -> str:
-    """``text`` (XML/SGML as :mod:`docnmt.readers` reads it) with the contents of its ``<seg>``
-    elements, in reading order, replaced by ``translations``."""
-    blank = readers._COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)   # same offsets, no comments
-    spans = []
-    tags = list(readers._DOC_TAG.finditer(blank))
-    for k, tag in enumerate(tags):
-        end = tags[k + 1].start() if k + 1 < len(tags) else len(blank)
-        spans.extend(seg.span(2) for seg in readers._SEG.finditer(blank, tag.end(), end))
-    if len(spans) != len(translations):
-        raise DataError(f"{len(spans)} segments but {len(translations)} translations")
-    out, pos = [], 0
-    for (a, b), t in zip(spans, translations):
-        out += [text[pos:a], html.escape(t, quote=False)]
-        pos = b
-    out.append(text[pos:])
-    return re.sub(r"(</?)srcset\b", r"\1tstset", "".join(out))
 
 
 # --------------------------------------------------------------------------------------------

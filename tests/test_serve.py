@@ -28,6 +28,7 @@ from docnmt import readers  # noqa: E402
 from docnmt.config import Config  # noqa: E402
 from docnmt.document import Document  # noqa: E402
 from docnmt.errors import DataError  # noqa: E402
+from docnmt.readers import replace_segments  # noqa: E402
 from docnmt.serve import (  # noqa: E402
     Scheduler,
     Served,
@@ -37,7 +38,6 @@ from docnmt.serve import (  # noqa: E402
     create_app,
     join_text,
     read_upload,
-    replace_segments,
     safe_name,
     split_text,
 )
