@@ -282,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups["device"].add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when there is a GPU; "
                                                    "under torchrun each process takes its local rank's GPU)")
     groups["logging"].add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
-                                   help="progress bar on stderr")
+                                   help="progress bar on stderr: updates towards the run's nearest end "
+                                        "(--max-update, --max-epoch or --max-minutes) with an ETA, and validation")
     add_flags(p, TRAIN_FLAGS, groups)
     add_flags(p, {k: (key, typ, h + " (--valid-bleu)", "checkpoints")
                   for k, (key, typ, h, _) in DECODE_FLAGS.items() if k in ("--beam", "--lenpen")}, groups)

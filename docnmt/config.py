@@ -86,11 +86,12 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     method: Any = field(default_factory=NoOptions)    # the settings of method ``method_name``
     method_name: str = "transformer"
+    preset: str = ""      # the preset it started from (recorded in config.yaml as ``from_preset``, not loaded)
 
     SECTIONS = {"model": ModelConfig, "data": ModeConfig, "method": None, "train": TrainConfig, "decode": DecodeConfig}
 
     def to_dict(self) -> dict:
-        out = {}
+        out = {"from_preset": self.preset} if self.preset else {}
         for name in self.SECTIONS:
             d = dataclasses.asdict(getattr(self, name))
             d = {"name": self.method_name, **d} if name == "method" else d
@@ -106,7 +107,9 @@ class Config:
         an invalid value is reported under that name instead of ``origin: section.key``."""
         raw = dict(raw or {})
         base = {}
+        preset = str(raw.pop("from_preset", "") or "")       # informational: the values are all there
         if "preset" in raw:
+            preset = str(raw["preset"])
             base = load_preset_dict(raw.pop("preset"))
         merged = merge_config(_migrate(base), _migrate(raw))
         _check_keys(merged, cls.SECTIONS, origin)
@@ -133,7 +136,7 @@ class Config:
             except (TypeError, ValueError, ConfigError) as e:
                 raise ConfigError(f"{origin}: {section}: {e}") from None
         _check_limits(sections, origin, labels or {})
-        cfg = cls(**sections, method_name=name)
+        cfg = cls(**sections, method_name=name, preset=preset)
         try:
             methods.joiner_class(cfg.data.separator)
         except ConfigError as e:

@@ -21,7 +21,10 @@ RNG seeded per run.
 """
 from __future__ import annotations
 
+import filecmp
 import json
+import os
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .checkpoint import CHECKPOINT, WEIGHTS, list_checkpoints
 from .config import Config
 from .data import Corpus, InstanceSet, build_instances, model_inputs
 from .document import Document
@@ -187,6 +191,18 @@ def score(probe: nn.Linear, data: tuple, task: str) -> dict:
     return out
 
 
+def chance_level(y: Tensor, task: str) -> dict:
+    """What a probe that ignores its input reaches at best: the rate of the most frequent class
+    in the test labels ``y`` (and for the absolute task, of the most frequent window of ±3
+    positions). Not 1/K: short inputs make small positions, and small distances, more frequent
+    than the others (position 0 starts every input)."""
+    counts = np.bincount(y.numpy(), minlength=N_CLASSES[task]).astype(float)
+    out = {"chance": float(counts.max() / max(len(y), 1))}
+    if task == "absolute":
+        out["chance_pm3"] = float(np.convolve(counts, np.ones(7), "same").max() / max(len(y), 1))
+    return out
+
+
 def probe_model(tr: Translator, splits: dict[str, list[Document]], s: ProbeSettings,
                 max_tokens: int | None = None, tasks=("absolute", "relative", "word_order"),
                 layers: list[int] | None = None, log=print) -> dict:
@@ -200,7 +216,7 @@ def probe_model(tr: Translator, splits: dict[str, list[Document]], s: ProbeSetti
             for k, (name, st) in enumerate(states.items()):
                 data[name] = task_data(st, task, layer, np.random.default_rng([s.seed, k]), s.max_examples)
             probe = train_probe(data["train"], data["valid"], N_CLASSES[task], s)
-            r = {"layer": layer + 1, **score(probe, data["test"], task)}
+            r = {"layer": layer + 1, **score(probe, data["test"], task), **chance_level(data["test"][1], task)}
             results[task].append(r)
             extra = f" (±3: {r['accuracy_pm3']:.3f})" if task == "absolute" else ""
             log(f"  {task:10s} layer {layer + 1}: {r['accuracy']:.3f}{extra}  [{r['n']} test examples]")
@@ -208,19 +224,53 @@ def probe_model(tr: Translator, splits: dict[str, list[Document]], s: ProbeSetti
 
 
 def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[int, float]] | None = None,
-         own: list[dict] | None = None) -> list[Path]:
-    """The paper's figures as PNGs: accuracy per layer (Figure 1), per relative distance on the
-    top layer (Figures 2-3), and absolute accuracy vs input length (Figure 6): dashed, each model
-    probed at every length (``lengths``); solid, one model per length (``own``, rows of
-    ``{"model", "length", "accuracy"}``)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
+         own: list[dict] | None = None, updates: dict[str, str] | None = None,
+         length_chance: dict[int, float] | None = None) -> list[Path]:
+    """The paper's figures as PNGs (:func:`figures`), written to ``out_dir``."""
     paths = []
+    for name, fig in figures(all_results, lengths, own, updates, length_chance).items():
+        paths.append(out_dir / name)
+        fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
+    return paths
+
+
+def figures(all_results: dict[str, dict], lengths: dict[str, dict[int, float]] | None = None,
+            own: list[dict] | None = None, updates: dict[str, str] | None = None,
+            length_chance: dict[int, float] | None = None) -> dict:
+    """The paper's figures, by file name: accuracy per layer (Figure 1), per relative distance on
+    the top layer (Figures 2-3), and absolute accuracy vs input length (Figure 6): dashed, each
+    model probed at every length (``lengths``); solid, one model per length (``own``, rows of
+    ``{"model", "length", "accuracy"}``). Each is titled with what it probes and the models'
+    training updates (``updates``: model -> :func:`updates_label`), draws the chance level as a
+    dashed grey line (:func:`chance_level`, per input length ``length_chance``; per distance, a
+    uniform guess 1/K: at one distance the most frequent class is always right or always wrong) and
+    has its legend outside the axes."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
     names = list(dict.fromkeys([*all_results, *(lengths or {})]))
     color = {name: f"C{i % 10}" for i, name in enumerate(names)}   # one colour per model in every figure
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    trained = models_caption(updates or {})
+    out = {}
+
+    def legend(ax, *handles_labels):
+        ax.legend(*handles_labels, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=True,
+                  borderaxespad=0)
+
+    def chance_line(ax, values: dict[str, float | None], label: str, style: str = "--"):
+        """One grey line when every model has the same chance level, else one per model in its
+        colour (models read other inputs: a Sent2Sent model's sentences, a Doc2Doc model's documents)."""
+        values = {name: round(v, 4) for name, v in values.items() if v is not None}
+        if len(set(values.values())) == 1:
+            v = next(iter(values.values()))
+            ax.axhline(v, ls=style, lw=1, color="grey", label=label)
+            ax.annotate(f"{v:.3f}", (1, v), xycoords=("axes fraction", "data"), xytext=(-2, 2),
+                        textcoords="offset points", ha="right", fontsize=7, color="grey")
+            return
+        for name, v in values.items():
+            ax.axhline(v, ls=style, lw=1, color=color[name], alpha=0.7, label=f"{name}: {label}")
+
+    fig = Figure(figsize=(14, 4.2), layout="constrained")
+    axes = fig.subplots(1, 3)
     for ax, (task, label) in zip(axes, [("absolute", "absolute position"), ("relative", "relative position"),
                                         ("word_order", "word order")]):
         for name, res in all_results.items():
@@ -229,55 +279,132 @@ def plot(all_results: dict[str, dict], out_dir: Path, lengths: dict[str, dict[in
             if task == "absolute":
                 ax.plot([r["layer"] for r in rows], [r["accuracy_pm3"] for r in rows], "s--", alpha=0.5,
                         color=color[name], label=f"{name} ±3")
+        top = {name: (res.get(task) or [{}])[-1] for name, res in all_results.items()}   # same labels every layer
+        chance_line(ax, {name: r.get("chance") for name, r in top.items()}, "chance (most frequent class)")
+        if task == "absolute":
+            chance_line(ax, {name: r.get("chance_pm3") for name, r in top.items()},
+                        "chance ±3 (most frequent 7 positions)", ":")
         ax.set_title(label)
         ax.set_xlabel("encoder layer")
-        ax.set_ylabel("accuracy")
+        ax.set_ylabel("test accuracy")
         ax.grid(alpha=0.3)
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out_dir / "probe_layers.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
-    for task in ("relative", "word_order"):
-        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    entries = {}                         # one legend for the three panels, beside the last
+    for ax in axes:
+        entries.update({lab: h for h, lab in zip(*ax.get_legend_handles_labels()) if lab not in entries})
+    legend(axes[-1], list(entries.values()), list(entries))
+    fig.suptitle(wrap(f"Position probing of each encoder layer — {trained}"))
+    out["probe_layers.png"] = fig
+    for task, what in (("relative", "relative position"), ("word_order", "word order")):
+        classes = N_CLASSES[task]
+        fig = Figure(figsize=(8, 4), layout="constrained")
+        ax = fig.subplots()
         for name, res in all_results.items():
             if res.get(task):
                 top = res[task][-1]["by_distance"]
-                ax.plot(list(top), list(top.values()), ".-", color=color[name], label=name)
-        ax.set_title(f"{task.replace('_', ' ')} accuracy per distance i − j (top layer)")
+                ax.plot([int(d) for d in top], list(top.values()), ".-", color=color[name], label=name)
+        chance_line(ax, {"": 1 / classes}, f"chance 1/{classes} (uniform guess)")
+        ax.set_title(wrap(f"{what} accuracy per distance i − j, top encoder layer — {trained}", 80),
+                     fontsize=10)
         ax.set_xlabel("i − j")
-        ax.set_ylabel("accuracy")
+        ax.set_ylabel("test accuracy")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        paths.append(out_dir / f"probe_{task}_distance.png")
-        fig.savefig(paths[-1], dpi=100)
-        plt.close(fig)
+        legend(ax)
+        out[f"probe_{task}_distance.png"] = fig
     if lengths or own:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig = Figure(figsize=(8, 4.4), layout="constrained")
+        ax = fig.subplots()
         for name, by_len in (lengths or {}).items():
-            ax.plot(list(by_len), list(by_len.values()), "o--", color=color[name], label=f"{name} (one model)")
+            ax.plot([int(n) for n in by_len], list(by_len.values()), "o--", color=color[name],
+                    label=f"{name} (one model)")
         if own:
             rows = sorted(own, key=lambda r: r["length"])
             ax.plot([r["length"] for r in rows], [r["accuracy"] for r in rows], "s-", color="black",
                     label="one model per length")
             for r in rows:
-                ax.annotate(r["model"], (r["length"], r["accuracy"]), fontsize=6, xytext=(3, 3),
+                ax.annotate(r["model"], (r["length"], r["accuracy"]), fontsize=7, xytext=(3, 3),
                             textcoords="offset points")
-        titles = [f"dashed: {ONE_MODEL.split(' (')[0]}"] * bool(lengths) + [f"solid: {PER_LENGTH}"] * bool(own)
-        ax.set_title("\n".join(titles), fontsize=8)
+        if length_chance:
+            xs = sorted(length_chance)
+            ax.plot(xs, [length_chance[n] for n in xs], "x:", lw=1, color="grey", label="chance (most frequent class)")
+        setups = [f"dashed: {ONE_MODEL.split(' (')[0]}"] * bool(lengths) + [f"solid: {PER_LENGTH}"] * bool(own)
+        ax.set_title(wrap(f"Top-layer absolute-position accuracy by input length — {trained}", 80) + "\n"
+                     + "\n".join(setups), fontsize=9)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("input length (tokens)")
-        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.set_ylabel("absolute-position accuracy (top layer)")
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.set_ylabel("test accuracy")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        paths.append(out_dir / "probe_input_length.png")
-        fig.savefig(paths[-1], dpi=100)
-        plt.close(fig)
-    return paths
+        legend(ax)
+        out["probe_input_length.png"] = fig
+    return out
+
+
+def wrap(text: str, width: int = 120) -> str:
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False))
+
+
+def trained_updates(model_dir: str | Path) -> tuple[int | None, int | None]:
+    """``(weights, trained)``: the update of the checkpoint whose weights ``model.safetensors``
+    holds (None when no kept checkpoint has them: pruned, averaged or imported) and the updates
+    the run trained (its newest checkpoint, else the last record of ``metrics.jsonl``)."""
+    d = Path(model_dir)
+    ckpts = list_checkpoints(d)
+    trained = int(ckpts[-1].name[1:]) if ckpts else None
+    if trained is None and (d / "metrics.jsonl").is_file():
+        for line in (d / "metrics.jsonl").read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                trained = max(trained or 0, int(json.loads(line)["updates"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    weights = None
+    if (d / WEIGHTS).is_file():
+        for c in reversed(ckpts):           # model.safetensors is a byte copy of the best (or last) checkpoint's
+            if CHECKPOINT.fullmatch(c.name) and filecmp.cmp(c / WEIGHTS, d / WEIGHTS, shallow=False):
+                weights = int(c.name[1:])
+                break
+    return weights, trained
+
+
+def updates_label(model_dir: str | Path) -> str:
+    """How long a model trained, for titles: "4,000 updates"; "3,000 of 4,000 updates (best)" when
+    its weights are an earlier, best checkpoint's; "run of 4,000 updates" when no kept checkpoint
+    holds its weights (pruned or averaged); "updates unknown" (an imported model)."""
+    weights, trained = trained_updates(model_dir)
+    if trained is None:
+        return "updates unknown"
+    count = f"{trained:,} update" + "s" * (trained != 1)
+    if weights is None:
+        return f"run of {count}"
+    return count if weights == trained else f"{weights:,} of {count} (best)"
+
+
+def models_caption(updates: dict[str, str]) -> str:
+    """The models' training updates for a title: the one label all share, else each model's."""
+    if len(set(updates.values())) == 1:
+        return next(iter(updates.values()))
+    return "; ".join(f"{name}: {label}" for name, label in updates.items()) or "updates unknown"
+
+
+def model_names(paths: list[str]) -> list[str]:
+    """Short names of model directories for tables and legends: the directory's name, with as
+    many parent directories as it takes to tell two models apart (``a/model``, ``b/model``)."""
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
+    depth = [1] * len(parts)
+    while True:
+        names = [Path(*pt[-k:]).as_posix() for pt, k in zip(parts, depth)]
+        clash = [i for i, n in enumerate(names) if depth[i] < len(parts[i])
+                 and any(m == n and pt != parts[i] for m, pt in zip(names, parts))]
+        if not clash:
+            break
+        for i in clash:
+            depth[i] += 1
+    seen: dict[str, int] = {}
+    for i, n in enumerate(names):            # the same directory given twice
+        seen[n] = seen.get(n, 0) + 1
+        names[i] = n if seen[n] == 1 else f"{n} ({seen[n]})"
+    return names
 
 
 def table(results: dict[str, dict], by_length: dict[str, dict[int, float]] | None = None,
@@ -328,10 +455,10 @@ def run(models: list[str], splits: dict[str, list[Document]], out_dir: Path, s: 
     each model on inputs of at most its own training length (one model per length, the paper's
     setup: pass models trained with ``--max-instance-tokens`` 64, 128, …)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    results, by_length, own = {}, {}, []
+    results, by_length, own, updates, length_chance = {}, {}, [], {}, {}
     lengths = [training_length(path) for path in models] if own_length else []
-    for k, path in enumerate(models):
-        name = Path(path).name
+    for k, (path, name) in enumerate(zip(models, model_names(models))):
+        updates[name] = updates_label(path)
         tr = Translator.load(path, device="cpu")
         log(f"{name} ({tr.cfg.data.mode}, {tr.cfg.method_name})")
         results[name] = probe_model(tr, splits, s, log=log)
@@ -339,21 +466,25 @@ def run(models: list[str], splits: dict[str, list[Document]], out_dir: Path, s: 
         for n in input_lengths:
             r = probe_model(tr, splits, s, max_tokens=n, tasks=("absolute",), layers=[top], log=lambda m: None)
             by_length.setdefault(name, {})[n] = r["absolute"][0]["accuracy"]
+            length_chance.setdefault(n, r["absolute"][0].get("chance"))
             log(f"  absolute, top layer, inputs of <= {n} tokens (this one model at another length): "
                 f"{by_length[name][n]:.3f}")
         if own_length:
             n = lengths[k]
             r = probe_model(tr, splits, s, max_tokens=n, tasks=("absolute",), layers=[top], log=lambda m: None)
             own.append({"model": name, "length": n, "accuracy": r["absolute"][0]["accuracy"]})
+            length_chance.setdefault(n, r["absolute"][0].get("chance"))
             log(f"  absolute, top layer, inputs of <= {n} tokens (its own training length): {own[-1]['accuracy']:.3f}")
+    length_chance = {n: c for n, c in length_chance.items() if c is not None}
     result = {"results": results, "by_input_length": by_length, "by_own_length": own,
-              "input_length_setups": {"by_input_length": ONE_MODEL, "by_own_length": PER_LENGTH}}
+              "input_length_setups": {"by_input_length": ONE_MODEL, "by_own_length": PER_LENGTH},
+              "chance_by_input_length": length_chance, "updates": updates}
     (out_dir / "probe.json").write_text(json.dumps(result, indent=1))
     text = table(results, by_length, own)
     (out_dir / "probe.md").write_text(text)
     log("\ntest accuracy per encoder layer" + (" and top-layer absolute accuracy per input length"
                                                if by_length or own else "")
         + f" (also in {out_dir / 'probe.md'}):\n" + text)
-    for p in plot(results, out_dir, by_length or None, own or None):
+    for p in plot(results, out_dir, by_length or None, own or None, updates, length_chance or None):
         log(f"wrote {p}")
     return result

@@ -46,7 +46,7 @@ from .checkpoint import (
     save_checkpoint,
     save_weights,
 )
-from .config import TRAIN_PRECISIONS, Config
+from .config import TRAIN_PRECISIONS, Config, TrainConfig
 from .data import Corpus, InstanceSet, build_instances, model_inputs, word_dropout
 from .errors import ConfigError, DataError, DocnmtError
 from .limits import memory_bytes
@@ -65,6 +65,30 @@ def inverse_sqrt(peak: float, warmup: int):
     """fairseq ``inverse_sqrt`` as a factor of the peak: u/W during warm-up, sqrt(W/u) after."""
     warmup = max(1, warmup)
     return lambda u: (max(u, 1) / warmup) if u < warmup else math.sqrt(warmup / max(u, 1))
+
+
+def run_end(tc: TrainConfig, updates: int, epoch: int, left_in_epoch: int, per_epoch: int, elapsed: float,
+            rate: float) -> tuple[int | None, str]:
+    """Where a run will stop, for its progress bar: ``(update, why)``, the nearest of its limits.
+    ``train.max_update``; the end of epoch ``train.max_epoch`` (``left_in_epoch`` updates left in
+    epoch ``epoch``, then ``per_epoch`` updates per later epoch: this epoch's count, as dynamic
+    length sampling changes it a little from epoch to epoch); ``train.max_minutes``, as the update
+    reached at the mean ``rate`` (updates per second) when the ``elapsed`` seconds reach it (the
+    bar's end then moves with the speed). ``None`` when no limit is known yet (only a time cap
+    before the first update, or only early stopping)."""
+    ends = []
+    if tc.max_update > 0:
+        ends.append((tc.max_update, f"max-update {tc.max_update}"))
+    if tc.max_epoch > 0:
+        ends.append((updates + left_in_epoch + max(0, tc.max_epoch - epoch) * per_epoch,
+                     f"end of epoch {tc.max_epoch}"))
+    total, why = min(ends) if ends else (None, "early stopping" if tc.patience > 0 else "no limit")
+    if tc.max_minutes > 0:
+        left = max(0.0, 60 * tc.max_minutes - elapsed)
+        at_cap = updates + int(rate * left) if rate > 0 else None
+        if total is None or (at_cap is not None and at_cap < total):
+            total, why = at_cap, "time cap in " + (f"{left:.0f} s" if left < 90 else f"{left / 60:.0f} min")
+    return (None if total is None else max(total, updates)), why
 
 
 def forward_loss(model, batch: dict, eps: float) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -154,14 +178,15 @@ class Progress:
 class Distributed:
     """Rank and world size from ``torchrun``'s environment; a single process otherwise."""
 
-    def __init__(self):
+    def __init__(self, cuda: bool | None = None):
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if self.world > 1 and torch.cuda.is_available():
+        self.cuda = torch.cuda.is_available() if cuda is None else cuda
+        if self.world > 1 and self.cuda:
             torch.cuda.set_device(self.local_rank)
         if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+            dist.init_process_group("nccl" if self.cuda else "gloo")
 
     @property
     def main(self) -> bool:
@@ -171,7 +196,7 @@ class Distributed:
         if self.world == 1:
             return values
         t = torch.tensor(values, dtype=torch.float64)
-        if torch.cuda.is_available():
+        if self.cuda:
             t = t.cuda()
         dist.all_reduce(t)
         return t.tolist()
@@ -187,9 +212,13 @@ class Distributed:
 
 class Trainer:
     def __init__(self, cfg: Config, data_dir: str | Path, save_dir: str | Path, force: bool = False,
-                 init_from: str | Path | None = None, progress_bar: bool = True):
+                 init_from: str | Path | None = None, progress_bar: bool = True, device: str | None = None):
+        """``device``: cpu, cuda or cuda:N (default: CUDA when there is a GPU); under torchrun each
+        process takes the GPU of its local rank unless an index is given."""
+        from .translate import check_device
         self.cfg, self.data_dir, self.save_dir = cfg, Path(data_dir), Path(save_dir)
-        self.dist = Distributed()
+        asked = check_device(device)
+        self.dist = Distributed(cuda=asked.type == "cuda")
         tc = cfg.train
         if tc.best_metric not in ("loss", "nll_loss", "bleu"):
             raise DocnmtError(f"unknown best_metric {tc.best_metric!r}: use loss, nll_loss or bleu")
@@ -197,7 +226,8 @@ class Trainer:
             raise DocnmtError("best_metric bleu needs valid BLEU: add --valid-bleu")
         if tc.threads > 0:
             torch.set_num_threads(tc.threads)
-        self.device = torch.device(f"cuda:{self.dist.local_rank}" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device("cuda", self.dist.local_rank) if asked.type == "cuda" and asked.index is None \
+            else asked
         self.progress_bar = progress_bar and self.dist.main
         self.vocab = Vocab.load(self.data_dir)
         self.joiner = methods.data_joiner(self.vocab, cfg.data)
@@ -482,41 +512,46 @@ class Trainer:
     def _train(self) -> Path:
         tc, p = self.cfg.train, self.progress
         self.start_time = start_time = time.time()
-        while not self.done():
-            self._begin_epoch()
-            batches = self.epoch_batches(p.epoch)
-            per_update = tc.update_freq
-            n_updates = math.ceil(len(batches) / per_update)
-            bar = tqdm(total=n_updates, initial=p.batch_in_epoch // per_update, desc=f"epoch {p.epoch}",
-                       unit="upd", disable=not self.progress_bar, dynamic_ncols=True)
-            window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.time()}
-            while p.batch_in_epoch < len(batches) and not self.done():
-                group = batches[p.batch_in_epoch: p.batch_in_epoch + per_update]
-                loss, nll, ntok = self.update([self.collate(b, p.epoch, p.batch_in_epoch + i)
-                                               for i, b in enumerate(group)])
-                p.batch_in_epoch += len(group)
-                crash_point("update")
-                window["loss"] += loss
-                window["nll"] += nll
-                window["tokens"] += ntok
-                bar.update(1)
-                if (tc.log_interval > 0 and p.updates % tc.log_interval == 0) or p.batch_in_epoch >= len(batches) \
-                        or self.done():
-                    self._log_train(window, bar)
-                if tc.validate_interval_updates and p.updates % tc.validate_interval_updates == 0:
-                    self.validate_and_save(f"u{p.updates:08d}")
-                elif tc.save_interval_updates and p.updates % tc.save_interval_updates == 0:
-                    self.save(f"u{p.updates:08d}")
-            bar.close()
-            if p.batch_in_epoch >= len(batches):
-                metrics = None
-                if not (tc.validate_interval_updates and p.updates % tc.validate_interval_updates == 0):
-                    metrics = self.validate()
-                p.epoch += 1
-                p.batch_in_epoch = 0
-                self.train_set = self.make_train_set(p.epoch)
-                if metrics is not None:
-                    self.validate_and_save(f"u{p.updates:08d}", metrics)
+        self._bar_postfix: dict[str, str] = {}
+        # one bar for the whole run, in updates, towards the nearest end (see run_end); a resumed
+        # run starts it at the resumed update, so its rate and ETA count from there
+        with tqdm(initial=p.updates, desc=f"epoch {p.epoch}", unit="upd", disable=not self.progress_bar,
+                  dynamic_ncols=True) as bar:
+            started_at = p.updates
+            while not self.done():
+                self._begin_epoch()
+                batches = self.epoch_batches(p.epoch)
+                per_update = tc.update_freq
+                bar.set_description(f"epoch {p.epoch}", refresh=False)
+                self._show_end(bar, len(batches), started_at)      # this epoch's length known: a new end
+                window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.time()}
+                while p.batch_in_epoch < len(batches) and not self.done():
+                    group = batches[p.batch_in_epoch: p.batch_in_epoch + per_update]
+                    loss, nll, ntok = self.update([self.collate(b, p.epoch, p.batch_in_epoch + i)
+                                                   for i, b in enumerate(group)])
+                    p.batch_in_epoch += len(group)
+                    crash_point("update")
+                    window["loss"] += loss
+                    window["nll"] += nll
+                    window["tokens"] += ntok
+                    self._show_end(bar, len(batches), started_at)
+                    bar.update(1)
+                    if (tc.log_interval > 0 and p.updates % tc.log_interval == 0) or \
+                            p.batch_in_epoch >= len(batches) or self.done():
+                        self._log_train(window, bar)
+                    if tc.validate_interval_updates and p.updates % tc.validate_interval_updates == 0:
+                        self.validate_and_save(f"u{p.updates:08d}")
+                    elif tc.save_interval_updates and p.updates % tc.save_interval_updates == 0:
+                        self.save(f"u{p.updates:08d}")
+                if p.batch_in_epoch >= len(batches):
+                    metrics = None
+                    if not (tc.validate_interval_updates and p.updates % tc.validate_interval_updates == 0):
+                        metrics = self.validate()
+                    p.epoch += 1
+                    p.batch_in_epoch = 0
+                    self.train_set = self.make_train_set(p.epoch)
+                    if metrics is not None:
+                        self.validate_and_save(f"u{p.updates:08d}", metrics)
         if p.updates != self._validated_at:   # stopped inside an epoch (max_update, max_minutes)
             self.validate_and_save(f"u{p.updates:08d}")
         if self.dist.main:
@@ -526,6 +561,20 @@ class Trainer:
             log.info("training finished after %d updates, %.0f s", p.updates, time.time() - start_time)
         self.dist.barrier()
         return self.save_dir
+
+    def _show_end(self, bar, epoch_batches: int, started_at: int) -> None:
+        """Point the bar at the run's nearest end (:func:`run_end`), after the update about to be
+        counted: ``epoch_batches`` micro-batches in this epoch, ``started_at`` the update this
+        command started (or resumed) at."""
+        tc, p = self.cfg.train, self.progress
+        elapsed = time.time() - self.start_time
+        rate = (p.updates - started_at) / elapsed if elapsed > 0 else 0.0
+        total, note = run_end(tc, p.updates, p.epoch, math.ceil((epoch_batches - p.batch_in_epoch) / tc.update_freq),
+                              math.ceil(epoch_batches / tc.update_freq), elapsed, rate)
+        bar.total = total
+        self._bar_postfix.pop("stop", None)       # last, after the losses
+        self._bar_postfix["stop"] = note
+        bar.set_postfix(self._bar_postfix, refresh=False)
 
     def update(self, batches: list[dict]) -> tuple[float, float, int]:
         """One optimizer step over ``update_freq`` micro-batches; gradients are normalised by the
@@ -576,7 +625,9 @@ class Trainer:
         loss = nll = 0.0
         ntok = 0
         entropy = EntropyMeter() if self.cfg.train.attention_entropy else None
-        for b in self.valid.batches(self.cfg.train.max_tokens, shuffle=False, order=self.cfg.data.batch_order):
+        batches = self.valid.batches(self.cfg.train.max_tokens, shuffle=False, order=self.cfg.data.batch_order)
+        for b in tqdm(batches, desc="valid", unit="batch", leave=False, disable=not self.progress_bar,
+                      dynamic_ncols=True):
             batch = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in self.valid.collate(b).items()}
             with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                                 enabled=self.amp_dtype is not None), \
@@ -605,7 +656,7 @@ class Trainer:
         refs = [[self.vocab.decode(corpus.tgt[i]) for i in corpus.doc_range(d)] for d in range(corpus.n_docs)]
         from .translate import Translator  # only for this optional metric
         translator = Translator(self.model, self.vocab, self.cfg, self.device)
-        hyps, _ = translator.translate(docs)
+        hyps, _ = translator.translate(docs, progress=self.progress_bar)
         result = evaluate_documents([h.tgt for h in hyps], refs, lowercase_too=False, metrics=("bleu",))
         self.model.train()
         return {"valid_bleu": result["d_bleu"]["score"], "valid_s_bleu": (result["s_bleu"] or {}).get("score")}
@@ -658,7 +709,8 @@ class Trainer:
         rec = {"updates": p.updates, "epoch": p.epoch, "loss": window["loss"] / window["tokens"] / math.log(2),
                "nll_loss": window["nll"] / window["tokens"] / math.log(2), "lr": self.scheduler.get_last_lr()[0],
                "tokens_per_s": window["tokens"] / max(elapsed, 1e-9)}
-        bar.set_postfix(loss=f"{rec['loss']:.3f}", lr=f"{rec['lr']:.2e}", tok_s=f"{rec['tokens_per_s']:.0f}")
+        self._bar_postfix.update(loss=f"{rec['loss']:.3f}", lr=f"{rec['lr']:.2e}", tok_s=f"{rec['tokens_per_s']:.0f}")
+        bar.set_postfix(self._bar_postfix)
         self._record(rec)
         window.update(loss=0.0, nll=0.0, tokens=0, time=time.time())
 
@@ -675,28 +727,43 @@ class Trainer:
                     self.tb.add_scalar(k, v, rec["updates"])
 
     def plot(self) -> None:
-        """learning_curve.png: training and validation loss (bits per token) against updates."""
+        """learning_curve.png (:func:`learning_curve`), and the plots of the run's method."""
         try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
+            fig = learning_curve(self.progress.history, f"{self.save_dir.name} — {run_kind(self.cfg)}")
         except ImportError:
             return
-        h = self.progress.history
-        tr = [(r["updates"], r["loss"]) for r in h if "loss" in r]
-        va = [(r["updates"], r["valid_loss"]) for r in h if "valid_loss" in r]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        if tr:
-            ax.plot(*zip(*tr), label="train loss")
-        if va:
-            ax.plot(*zip(*va), "o-", label="valid loss")
-        ax.set_xlabel("updates")
-        ax.set_ylabel("label-smoothed loss (bits/token)")
-        ax.set_title(self.save_dir.name)
-        ax.grid(alpha=0.3)
-        if tr or va:
-            ax.legend()
-        fig.tight_layout()
         fig.savefig(self.save_dir / "learning_curve.png", dpi=100)
-        plt.close(fig)
         methods.training_plots(self.cfg, self.train_corpus, self.save_dir, self.progress.epoch)
+
+
+def run_kind(cfg: Config) -> str:
+    """What a run trains, for titles: the preset it started from, and its mode and method."""
+    kind = cfg.data.mode + ("" if cfg.method_name == "transformer" else f", {cfg.method_name}")
+    return f"{cfg.preset} ({kind})" if cfg.preset else kind
+
+
+FEW_POINTS = 30     # a training curve with at most this many points marks each
+
+
+def learning_curve(history: list[dict], title: str):
+    """The figure of learning_curve.png: training and validation loss (bits per token) against
+    updates, on integer update ticks; every validation point, and every training point of a
+    short run, is marked, so a run with one point still shows it."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+    tr = [(r["updates"], r["loss"]) for r in history if "loss" in r]
+    va = [(r["updates"], r["valid_loss"]) for r in history if "valid_loss" in r]
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    if tr:
+        ax.plot(*zip(*tr), marker="o" if len(tr) <= FEW_POINTS else None, markersize=3, label="train loss")
+    if va:
+        ax.plot(*zip(*va), "o-", label="valid loss")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))    # one tick for a one-update run
+    ax.set_xlabel("updates")
+    ax.set_ylabel("label-smoothed loss (bits/token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if tr or va:
+        ax.legend()
+    return fig
