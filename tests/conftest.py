@@ -71,12 +71,14 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)         # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(items):
-    """Whole pipelines (``tests/integration/``) are slow; ``tests/cuda/`` is marked ``cuda``."""
+    """Whole pipelines (``tests/integration/``) are slow; ``tests/cuda/`` is marked ``cuda``. The
+    fast tests run first, so a full run (CI) reports their failures within minutes."""
     for item in items:
         if INTEGRATION in item.path.parents:
             item.add_marker(pytest.mark.slow)
         if CUDA in item.path.parents:
             item.add_marker(pytest.mark.cuda)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)      # stable: file order kept
 
 
 @pytest.fixture(scope="session")
