@@ -44,6 +44,7 @@ def test_label_smoothed_loss_matches_torch():
     torch.testing.assert_close(logits.grad, ref_logits.grad)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sent2sent", "doc2sent", "doc2doc", "mr"])
 def test_loss_falls_in_every_mode(data, tmp_path, mode):
     cfg = tiny_config(mode, max_update=30)
@@ -113,6 +114,7 @@ def test_existing_directory_is_never_overwritten(data, tmp_path):
     assert (tmp_path / "m" / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_different_model(data, tmp_path):
     Trainer(tiny_config(max_update=2), data, tmp_path / "m", progress_bar=False).train()
     other = tiny_config(max_update=4).override({"model.d_model": 64})
@@ -120,6 +122,7 @@ def test_resume_refuses_a_different_model(data, tmp_path):
         Trainer(other, data, tmp_path / "m", progress_bar=False)
 
 
+@pytest.mark.slow
 def test_average_checkpoints(data, tmp_path):
     Trainer(tiny_config(max_update=6, save_interval_updates=2), data, tmp_path / "m", progress_bar=False).train()
     ckpts = list_checkpoints(tmp_path / "m")
@@ -204,6 +207,7 @@ def test_ddp_ranks_get_whole_ordered_batches(data, tmp_path):
         assert all(b == list(range(b[0], b[-1] + 1)) for b in dealt)
 
 
+@pytest.mark.slow
 def test_bf16_autocast_path_trains_on_cpu(data, tmp_path):
     """The autocast code path (used with bf16 on CUDA) runs on CPU autocast too."""
     trainer = Trainer(tiny_config(max_update=12, precision="bf16"), data, tmp_path / "m", progress_bar=False)
@@ -214,12 +218,14 @@ def test_bf16_autocast_path_trains_on_cpu(data, tmp_path):
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())   # fp32 master weights
 
 
+@pytest.mark.slow
 def test_valid_bleu_is_reported(data, tmp_path):
     Trainer(tiny_config(max_update=3, valid_bleu=True), data, tmp_path / "m", progress_bar=False).train()
     rec = [r for r in history(tmp_path / "m") if "valid_bleu" in r]
     assert rec and 0.0 <= rec[-1]["valid_bleu"] <= 100.0
 
 
+@pytest.mark.slow
 def test_final_update_is_validated_even_on_a_save_interval(data, tmp_path):
     Trainer(tiny_config(max_update=4, save_interval_updates=2), data, tmp_path / "m", progress_bar=False).train()
     assert any(r.get("updates") == 4 and "valid_loss" in r for r in history(tmp_path / "m"))

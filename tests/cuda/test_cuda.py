@@ -222,6 +222,7 @@ def _losses(save: Path) -> dict[int, float]:
     return {r["updates"]: r["loss"] for r in rows if "loss" in r and "valid_loss" not in r}
 
 
+@pytest.mark.slow
 def test_torchrun_trains_is_killed_and_resumes_with_the_same_losses(tiny_dir, tmp_path):
     data = tiny_dir / "data"
     whole = _torchrun(data, tmp_path / "whole", tmp_path / "whole.log")
