@@ -445,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="model directory")
     p.add_argument("--last", type=positive_int, default=5, metavar="N",
                    help="average this many of the newest checkpoints (fewer if there are fewer, said loudly)")
-    p.add_argument("--output", "-o", help="default MODEL/averaged.safetensors")
+    p.add_argument("--output", "-o", help="file to write the averaged weights to (default: MODEL/averaged.safetensors)")
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
 
     p = verb("quickstart", "prepare, train and translate the bundled chat corpus")

@@ -220,6 +220,8 @@ def test_output_bias_over_the_whole_vocabulary():
         hidden = torch.randn(3, CFG.d_model)
         want = hidden @ model.decoder.embed.table.weight.t() + model.final_logits_bias
         torch.testing.assert_close(model.output_projection(hidden), want, rtol=1e-5, atol=1e-5)
+        part = Transformer(ModelConfig(**{**vars(CFG), "output_tokens": 40}))
+        assert part.output_projection(hidden).shape == (3, CFG.vocab_size)      # ids 40-49 get -inf
 
 
 def test_config_errors_name_the_choices():
@@ -289,3 +291,61 @@ def test_beams_sharing_memory_equal_beams_with_copies(name):
                 copies, shared = copies.select(static), shared.select(static)
             model.reorder_cache(c_copies, order, static)
             model.reorder_cache(c_shared, order, static, K)
+
+
+# ---- position tables of pretrained models, ALiBi's bias sums ---------------------------------
+
+def test_halves_table_is_computed_in_double_precision():
+    """Marian computes its table in float64 and stores it in float32: far positions (1,000 and
+    more) keep every digit float32 can hold, which a float32 frequency would lose (~1e-5)."""
+    from docnmt.model import position_table
+    n, d = 1024, 32
+    angle = torch.tensor([[p / 10000 ** (2 * i / d) for i in range(d // 2)] for p in range(n)], dtype=torch.float64)
+    want = torch.cat([angle.sin(), angle.cos()], 1).float()
+    torch.testing.assert_close(position_table("sinusoidal_halves", n, d), want, rtol=0, atol=1e-7)
+
+
+def test_fairseq_table_of_an_odd_width_ends_with_a_zero_column():
+    from docnmt.model import position_table
+    table = position_table("sinusoidal_fairseq", 6, 9)
+    assert table.shape == (6, 9)
+    torch.testing.assert_close(table[:, :8], position_table("sinusoidal_fairseq", 6, 8))
+    assert not table[:, 8].any()
+
+
+@pytest.mark.parametrize("kind", ["sinusoidal_halves", "sinusoidal_fairseq"])
+def test_pretrained_position_table_grows_past_max_positions(kind):
+    """Positions beyond ``max_positions`` (+ the offset) read the same formula, from a table grown
+    on demand; positions read before and after it grows are the same vectors."""
+    from docnmt.model import TablePositions, position_table
+    pos = TablePositions(ModelConfig(d_model=32, positions=kind, max_positions=4, position_offset=2))
+    before = pos(3, 1)                                         # rows 3, 4, 5 of the 6 built
+    torch.testing.assert_close(pos(10, 3), position_table(kind, 15, 32)[5:15])    # rows 5 .. 14
+    torch.testing.assert_close(pos(3, 1), before)
+
+
+def test_learned_positions_start_like_the_token_embeddings():
+    """A learned position table (trained from scratch) starts as N(0, 1/d), like the embeddings:
+    ``reset_parameters`` leaves it alone."""
+    torch.manual_seed(0)
+    d = 64
+    model = Transformer(ModelConfig(vocab_size=50, d_model=d, heads=4, ffn_dim=64, encoder_layers=1,
+                                    decoder_layers=1, positions="learned", max_positions=1024))
+    weight = model.encoder.embed.positions.weight
+    assert weight.shape == (1024, d)
+    assert abs(weight.mean().item()) < 0.05 * d ** -0.5
+    assert weight.std().item() == pytest.approx(d ** -0.5, rel=0.02)
+
+
+def test_alibi_adds_to_every_kind_of_bias():
+    """ALiBi's distance term adds to a spec's bias whatever it is: none, a tensor, a relative
+    term (made dense) or a callable giving either."""
+    from docnmt.attention import RelativeLogits
+    from docnmt.model import _plus
+    torch.manual_seed(0)
+    extra, bias = torch.randn(1, 2, 3, 3), torch.randn(2, 2, 3, 3)
+    rel = RelativeLogits(torch.randn(2, 2, 3, 4), torch.randn(5, 4), 2, 3, 0.5)
+    torch.testing.assert_close(_plus(None, extra), extra)
+    torch.testing.assert_close(_plus(bias, extra), bias + extra)
+    torch.testing.assert_close(_plus(rel, extra), rel.dense() + extra)
+    torch.testing.assert_close(_plus(lambda q, name: rel, extra)(None, "enc.0.self"), rel.dense() + extra)
