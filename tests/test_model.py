@@ -293,7 +293,7 @@ def test_beams_sharing_memory_equal_beams_with_copies(name):
             model.reorder_cache(c_shared, order, static, K)
 
 
-# ---- position tables of pretrained models, ALiBi's bias sums ---------------------------------
+# ---- positions, embeddings and the options of pretrained models -------------------------------
 
 def test_halves_table_is_computed_in_double_precision():
     """Marian computes its table in float64 and stores it in float32: far positions (1,000 and
@@ -313,15 +313,33 @@ def test_fairseq_table_of_an_odd_width_ends_with_a_zero_column():
     assert not table[:, 8].any()
 
 
-@pytest.mark.parametrize("kind", ["sinusoidal_halves", "sinusoidal_fairseq"])
-def test_pretrained_position_table_grows_past_max_positions(kind):
-    """Positions beyond ``max_positions`` (+ the offset) read the same formula, from a table grown
-    on demand; positions read before and after it grows are the same vectors."""
-    from docnmt.model import TablePositions, position_table
-    pos = TablePositions(ModelConfig(d_model=32, positions=kind, max_positions=4, position_offset=2))
-    before = pos(3, 1)                                         # rows 3, 4, 5 of the 6 built
-    torch.testing.assert_close(pos(10, 3), position_table(kind, 15, 32)[5:15])    # rows 5 .. 14
+@pytest.mark.parametrize("kind, offset", [("sinusoidal", 0), ("sinusoidal_halves", 2), ("sinusoidal_fairseq", 2)])
+def test_position_table_grows_past_max_positions(kind, offset):
+    """Positions beyond ``max_positions`` (+ ``position_offset``) read the same formula, from a
+    table grown on demand; positions read before and after it grows are the same vectors."""
+    from docnmt.model import Embedding, position_table
+    cfg = ModelConfig(vocab_size=50, d_model=32, positions=kind, max_positions=4, position_offset=offset)
+    pos = Embedding(torch.nn.Embedding(50, 32), cfg).positions
+    before = pos(3, 1)                                         # positions 1, 2, 3 (of the 4 built)
+    first = 3 + offset
+    torch.testing.assert_close(pos(10, 3), position_table(kind, first + 10, 32)[first:])    # positions 3 .. 12
     torch.testing.assert_close(pos(3, 1), before)
+
+
+def test_embedding_scales_tokens_and_drops_out_while_training():
+    """sqrt(d)·E[x] + P[pos]; dropout applies unless the caller turns it off (the model's
+    ``embed_source`` and ``embed_target`` leave it on: it acts in training mode)."""
+    from docnmt.model import Embedding
+    torch.manual_seed(0)
+    table = torch.nn.Embedding(50, 16)
+    tokens = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    emb = Embedding(table, ModelConfig(vocab_size=50, d_model=16, dropout=0.5)).eval()
+    want = table(tokens) * 4.0 + sinusoidal_table(3, 16)
+    torch.testing.assert_close(emb(tokens), want)
+    emb.train()
+    torch.testing.assert_close(emb(tokens, dropout=False), want)
+    dropped = emb(tokens)
+    assert (dropped == 0).any() and not torch.allclose(dropped, want)
 
 
 def test_learned_positions_start_like_the_token_embeddings():
@@ -349,3 +367,79 @@ def test_alibi_adds_to_every_kind_of_bias():
     torch.testing.assert_close(_plus(bias, extra), bias + extra)
     torch.testing.assert_close(_plus(rel, extra), rel.dense() + extra)
     torch.testing.assert_close(_plus(lambda q, name: rel, extra)(None, "enc.0.self"), rel.dense() + extra)
+
+
+
+def test_embedding_norm_and_a_grown_table_in_the_models_dtype():
+    """``embed_norm``: LayerNorm(sqrt(d)·E[x] + P[pos]). Positions past the table (grown in
+    float32) are added in the embeddings' dtype: a bfloat16 model stays bfloat16."""
+    from docnmt.model import Embedding
+    torch.manual_seed(0)
+    table = torch.nn.Embedding(50, 16)
+    tokens = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    emb = Embedding(table, ModelConfig(vocab_size=50, d_model=16, embed_norm=True)).eval()
+    with torch.no_grad():
+        emb.norm.weight.uniform_()
+        emb.norm.bias.normal_()
+        want = torch.nn.functional.layer_norm(table(tokens) * 4.0 + sinusoidal_table(3, 16), (16,),
+                                              emb.norm.weight, emb.norm.bias)
+        torch.testing.assert_close(emb(tokens), want)
+        short = Embedding(torch.nn.Embedding(50, 16), ModelConfig(vocab_size=50, d_model=16, max_positions=2))
+        assert short.eval().to(torch.bfloat16)(tokens).dtype == torch.bfloat16      # 3 positions: the table grew
+
+
+def test_pre_ln_encoder_and_decoder_end_with_a_layer_norm():
+    """Pre-LN sublayers leave the residual stream unnormalised; the encoder and the decoder of a
+    pre-LN model end with a LayerNorm (fresh: every state has mean 0 and variance 1)."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**{**vars(CFG), "pre_norm": True})).eval()
+    src, tgt = torch.randint(4, 50, (2, 6)), torch.randint(4, 50, (2, 5))
+    with torch.no_grad():
+        enc = model.encode(src)
+        states = enc.memory, model.decode(tgt, enc)
+    for h in states:
+        torch.testing.assert_close(h.mean(-1), torch.zeros(h.shape[:-1]), rtol=0, atol=1e-5)
+        torch.testing.assert_close(h.var(-1, unbiased=False), torch.ones(h.shape[:-1]), rtol=0, atol=1e-3)
+
+
+def test_source_language_code_after_the_last_token_keeps_the_pad_id():
+    """mBART-25 puts the language code after each source's last token; the rows it makes longer
+    are padded with the model's pad id (1 in models from fairseq), not 0."""
+    model = Transformer(ModelConfig(vocab_size=50, d_model=16, heads=2, ffn_dim=32, encoder_layers=1,
+                                    decoder_layers=1, pad_id=1, src_lang_token=40, src_lang_last=True))
+    src = torch.tensor([[5, 6, 7], [8, 1, 1]])
+    assert model.with_source_language(src).tolist() == [[5, 6, 7, 40], [8, 40, 1, 1]]
+
+# ---- initialisation -----------------------------------------------------------------------------
+
+def test_initialisation_follows_fairseqs_transformer():
+    """Token embeddings N(0, 1/d) with a zero pad row (each table when they are not shared);
+    every other weight matrix Xavier-uniform, W_Q, W_K and W_V each as its own d×d matrix with
+    gain 1/√2; biases zero. A Xavier-uniform matrix fills its bound gain·√(6 / (fan_in + fan_out)):
+    its largest entry is within 3% of it (thousands of draws)."""
+    torch.manual_seed(0)
+    d, vocab = 32, 1000
+    model = Transformer(ModelConfig(vocab_size=vocab, d_model=d, heads=4, ffn_dim=64, encoder_layers=1,
+                                    decoder_layers=1, share_embeddings=False))
+    tables = model.encoder.embed.table, model.decoder.embed.table
+    assert tables[0] is not tables[1]
+    for table in tables:
+        w = table.weight.detach()
+        assert not w[0].any()
+        assert abs(w[1:].mean().item()) < 0.05 * d ** -0.5
+        assert w[1:].std().item() == pytest.approx(d ** -0.5, rel=0.03)
+
+    def xavier(w, gain=1.0):
+        bound = gain * math.sqrt(6 / (w.size(0) + w.size(1)))
+        return 0.97 * bound < w.abs().max().item() <= bound
+
+    matrices = 0
+    for name, p in model.named_parameters():
+        if name.endswith("in_proj.weight"):
+            assert all(xavier(part, 1 / math.sqrt(2)) for part in p.detach().chunk(3)), name
+        elif p.dim() == 2 and "embed" not in name:
+            assert xavier(p.detach()), name
+        elif name.endswith(".bias") and "norm" not in name:
+            assert not p.any(), name
+        matrices += p.dim() == 2
+    assert matrices == 2 + 3 * 2 + 2 * 2     # tables; W_in, W_out of 3 attentions; fc1, fc2 of 2 feed-forwards
