@@ -12,7 +12,8 @@
 #   Scores   beam 5, length penalty 1.0 on all six enfr/valid/hansard sittings: s-/d-BLEU and chrF with
 #            paired bootstrap against the control, coverage; Bawden anaphora and lexical choice and
 #            SCAT valid with exact McNemar tests against the control. DocFlat's pass 1 is the
-#            control's translation.
+#            control's translation. Context usage: CXMI on the validation sittings
+#            (bench/tier_mfr_context.py) beside the attention entropies of the last validation.
 # Everything resumes: run it again after any interruption (runs/ holds checkpoints every 200
 # updates); finished steps are skipped. Each run's config, metrics, learning curve, scores and
 # coverage are kept in bench/results/tier_mfr/<run>/ (bench/tier_mfr_keep.py), the weights of the
@@ -65,6 +66,8 @@ for name in $RUNS; do
                          --report "$R/$name/valid.coverage.json"
   against=(); [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
   step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" "${against[@]}" --json "$R/$name/valid.json"
+  [ -f "$R/$name/valid.cxmi.json" ] || step python bench/tier_mfr_context.py "$R/$name" \
+                                              --src "$S/valid/hansard.en" --ref "$S/valid/hansard.fr"
   for suite in "$BAWDEN/anaphora.json" "$BAWDEN/lexical-choice.json" "$S/suites/scat_yin2021_enfr"; do
     s=$(basename "$suite" .json)
     base=(); [ "$name" != control ] && base=(--against "$R/control/$s.scores.jsonl")

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png", "valid.json",
-         "valid.coverage.json", "anaphora.json", "lexical-choice.json", "scat_yin2021_enfr.json")
+         "valid.coverage.json", "valid.cxmi.json", "anaphora.json", "lexical-choice.json", "scat_yin2021_enfr.json")
 
 
 def training_time(log: Path, max_gap: float = 1800.0) -> dict:

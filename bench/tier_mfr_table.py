@@ -1,7 +1,8 @@
 """The Tier M-fr table from the kept results (bench/results/tier_mfr/<run>/): per system the
 updates, training time, final validation loss, s-/d-BLEU and s-/d-chrF on the six validation
 sittings with the difference from the control and its paired-bootstrap p-value, the contrastive
-suites' accuracy with the exact McNemar p-value against the control, and coverage.
+suites' accuracy with the exact McNemar p-value against the control, and coverage; then how much
+each system uses its context (CXMI on the validation sittings, attention entropies).
 
     python bench/tier_mfr_table.py bench/results/tier_mfr            # Markdown table
     python bench/tier_mfr_table.py --best-other bench/results/tier_mfr   # the best document model
@@ -29,7 +30,7 @@ def last_valid(run: Path) -> dict:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()] \
         if (run / "metrics.jsonl").exists() else []
     valid = [r for r in rows if "valid_loss" in r]
-    return {"updates": max((r.get("updates", 0) for r in rows), default=0), **(valid[-1] if valid else {})}
+    return {**(valid[-1] if valid else {}), "updates": max((r.get("updates", 0) for r in rows), default=0)}
 
 
 def score_cell(ev: dict | None, key: str, boot: str | None, level: str) -> str:
@@ -79,10 +80,43 @@ HEADER = ["system", "updates", "training", "valid NLL (bits)", "s-BLEU (Δ, p)",
           "d-chrF (Δ, p)", *(n + " % (Δ, p)" for _, n in SUITES), "documents fully recovered"]
 
 
+CONTEXT_HEADER = ["system", "CXMI (bits/token)", "sentences more likely with context",
+                  "CXMI at sentence 1 / 2 / 3 / 4+", "cross-attention entropy (bits)",
+                  "decoder self-attention entropy (bits)", "encoder self-attention entropy (bits)"]
+
+
+def entropy_cell(v: dict, kind: str) -> str:
+    """The last validation's entropy of one attention kind, with G-Transformer's global variant."""
+    if f"valid_entropy_{kind}" not in v:
+        return "–"
+    cell = f"{v[f'valid_entropy_{kind}']:.2f}"
+    return cell + (f" (global {v[f'valid_entropy_{kind}_global']:.2f})" if f"valid_entropy_{kind}_global" in v else "")
+
+
+def context_rows(root: Path) -> list[list[str]]:
+    """How much each system uses its context: CXMI on the validation sittings
+    (bench/tier_mfr_context.py) and the attention entropies of its last validation."""
+    out = []
+    for name in [r for r in ORDER if (root / r).exists()]:
+        run, cx = root / name, load(root / name / "valid.cxmi.json")
+        v = last_valid(run)
+        pos = cx["cxmi_by_position"] if cx else {}
+        out.append([NAMES.get(name, name),
+                    f"{cx['cxmi_bits_per_token']:+.4f}" if cx else "–",
+                    f"{100 * cx['sentences_more_likely_with_context']:.1f}%" if cx else "–",
+                    " / ".join(f"{pos[k]:+.3f}" if k in pos else "–" for k in ("1", "2", "3", "4+")) if cx else "–",
+                    entropy_cell(v, "cross"), entropy_cell(v, "dec_self"), entropy_cell(v, "enc_self")])
+    return out
+
+
+def table(header: list[str], body: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                      *("| " + " | ".join(r) + " |" for r in body)])
+
+
 def markdown(root: Path) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows(root)]
-    return "\n".join(lines)
+    """The scores table, then the context-usage table."""
+    return table(HEADER, rows(root)) + "\n\n" + table(CONTEXT_HEADER, context_rows(root))
 
 
 def best_other(root: Path) -> str:

@@ -327,6 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-format", default="tsv", choices=["tsv", "jsonl"],
                    help="tsv: one line per sentence (document id, sentence number, log-probability, tokens, "
                         "NLL per token) and one per document (sentence '*'); jsonl: one object per document")
+    p.add_argument("--cxmi", action="store_true",
+                   help="also score every sentence alone (a one-sentence document) and report how much the "
+                        "context raised its log-probability: CXMI in bits per token (tsv: columns logprob_alone "
+                        "and cxmi_bits; jsonl: the same fields; the summary gives the total)")
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
@@ -722,7 +726,7 @@ def cmd_score(args) -> int:
     import math
 
     from .readers import read_inputs, read_sentences
-    from .scoring import document_logprobs
+    from .scoring import context_usage, document_logprobs
     from .translate import Translator
     refuse_inputs([args.output], [args.src, args.ref, *model_files(args.model, args.checkpoint)])
     refuse_overwrite([args.output], args.force)
@@ -736,20 +740,38 @@ def cmd_score(args) -> int:
                               f"{len(b)} in {args.ref}")
         a.tgt = b
     translator = Translator.load(args.model, args.checkpoint, args.device)
-    scores = document_logprobs(translator, src, progress=not args.quiet, origin=args.ref)
+    if args.cxmi:
+        usage = context_usage(translator, src, progress=not args.quiet, origin=args.ref)
+        scores = [[(lp, k) for lp, _, k in doc] for doc in usage["documents"]]
+        alone = [[a for _, a, _ in doc] for doc in usage["documents"]]
+    else:
+        scores = document_logprobs(translator, src, progress=not args.quiet, origin=args.ref)
+        alone = None
     nll = lambda lp, n: -lp / max(n, 1)  # noqa: E731
+    bits = lambda gain, n: gain / max(n, 1) / math.log(2)  # noqa: E731
     lines = []
     if args.output_format == "tsv":
-        lines.append("document\tsentence\tlogprob\ttokens\tnll_per_token")
-    for doc, per_sent in zip(src, scores):
+        lines.append("document\tsentence\tlogprob\ttokens\tnll_per_token"
+                     + ("\tlogprob_alone\tcxmi_bits" if alone else ""))
+    for d, (doc, per_sent) in enumerate(zip(src, scores)):
         lp, n = sum(x for x, _ in per_sent), sum(k for _, k in per_sent)
+        sent_alone = alone[d] if alone else [None] * len(per_sent)
+        doc_alone = sum(sent_alone) if alone else None
         if args.output_format == "jsonl":
-            lines.append(json.dumps({"id": doc.docid, "logprob": lp, "tokens": n, "nll_per_token": nll(lp, n),
-                                     "sentences": [{"logprob": x, "tokens": k, "nll_per_token": nll(x, k)}
-                                                   for x, k in per_sent]}, ensure_ascii=False))
+            row = {"id": doc.docid, "logprob": lp, "tokens": n, "nll_per_token": nll(lp, n), "sentences": []}
+            if alone:
+                row.update(logprob_alone=doc_alone, cxmi_bits=bits(lp - doc_alone, n))
+            for (x, k), a in zip(per_sent, sent_alone):
+                sent = {"logprob": x, "tokens": k, "nll_per_token": nll(x, k)}
+                if a is not None:
+                    sent.update(logprob_alone=a, cxmi_bits=bits(x - a, k))
+                row["sentences"].append(sent)
+            lines.append(json.dumps(row, ensure_ascii=False))
             continue
-        lines += [f"{doc.docid}\t{i}\t{x:.4f}\t{k}\t{nll(x, k):.4f}" for i, (x, k) in enumerate(per_sent, 1)]
-        lines.append(f"{doc.docid}\t*\t{lp:.4f}\t{n}\t{nll(lp, n):.4f}")
+        cells = lambda x, k, a: f"\t{x:.4f}\t{k}\t{nll(x, k):.4f}" + (  # noqa: E731
+            "" if a is None else f"\t{a:.4f}\t{bits(x - a, k):.4f}")
+        lines += [f"{doc.docid}\t{i}" + cells(x, k, a) for i, ((x, k), a) in enumerate(zip(per_sent, sent_alone), 1)]
+        lines.append(f"{doc.docid}\t*" + cells(lp, n, doc_alone))
     text = "\n".join(lines) + "\n"
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -761,6 +783,11 @@ def cmd_score(args) -> int:
         print(f"{sum(map(len, scores))} sentences, {tokens} target tokens: NLL {nll(total, tokens):.4f} nats/token "
               f"({nll(total, tokens) / math.log(2):.4f} bits), perplexity {math.exp(nll(total, tokens)):.2f}",
               file=sys.stderr)
+        if alone:
+            by_pos = ", ".join(f"{p}: {v:+.4f}" for p, v in usage["cxmi_by_position"].items())
+            print(f"CXMI {usage['cxmi_bits_per_token']:+.4f} bits/token (the context made "
+                  f"{100 * usage['sentences_more_likely_with_context']:.1f}% of the reference sentences more likely; "
+                  f"by sentence position {by_pos})", file=sys.stderr)
     return 0
 
 

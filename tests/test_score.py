@@ -8,7 +8,7 @@ import pytest
 
 from docnmt.document import Document
 from docnmt.readers import read_documents
-from docnmt.scoring import document_logprobs, sentence_logprobs
+from docnmt.scoring import context_usage, document_logprobs, sentence_logprobs
 from docnmt.translate import Translator
 
 MODELS = ["sent2sent", "doc2doc", "gtransformer", "doc2sent", "context", "docflat"]
@@ -32,6 +32,59 @@ def test_each_sentence_scored_once_in_its_own_instance(tiny_dir, tiny_model, nam
     assert all(o[1] != s[1] for o, s in zip(other, scores))
     if name in ("sent2sent", "doc2sent", "context"):      # no target context: the others stay
         assert all(o[k] == pytest.approx(s[k], abs=1e-4) for o, s in zip(other, scores) for k in (0, 2, 3))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_context_usage_is_zero_without_context_and_measured_with_it(tiny_dir, tiny_model, name):
+    """CXMI: a sentence model's scores are the same alone (0 for every sentence); a model
+    without context for a document's first sentence (Doc2Sent, the context encoder) scores it
+    the same alone, and every document model's scores move somewhere; the totals are the
+    per-sentence triples summed."""
+    tr = Translator.load(tiny_model(name), device="cpu")
+    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
+    short = [Document(f"{k}", d.src[:4], d.tgt[:4]) for k, d in enumerate(docs[:3])]
+    usage = context_usage(tr, short)
+    triples = [t for doc in usage["documents"] for t in doc]
+    assert [len(d) for d in usage["documents"]] == [4, 4, 4] and usage["sentences"] == 12
+    gaps = np.array([w - a for w, a, _ in triples])
+    assert usage["tokens"] == sum(k for _, _, k in triples)
+    assert usage["cxmi_bits_per_token"] == pytest.approx(gaps.sum() / usage["tokens"] / np.log(2))
+    assert usage["sentences_more_likely_with_context"] == pytest.approx(np.mean(gaps > 0))
+    firsts = np.array([doc[0][0] - doc[0][1] for doc in usage["documents"]])
+    if name == "sent2sent":
+        np.testing.assert_allclose(gaps, 0, atol=1e-4)
+        assert usage["cxmi_bits_per_token"] == pytest.approx(0, abs=1e-5)
+    else:
+        assert np.abs(gaps).max() > 1e-3                      # the context changes some score
+    if name in ("doc2sent", "context"):                       # nothing before a first sentence
+        np.testing.assert_allclose(firsts, 0, atol=1e-4)
+    pos = usage["cxmi_by_position"]
+    assert set(pos) == {"1", "2", "3", "4+"}
+    assert pos["1"] == pytest.approx(firsts.sum() / sum(d[0][2] for d in usage["documents"]) / np.log(2))
+
+
+@pytest.mark.slow
+def test_score_cxmi_columns_and_summary(tiny_dir, tiny_model, run_cli, tmp_path):
+    model, raw = tiny_model("doc2sent"), tiny_dir / "raw"
+    args = ("score", str(model), "--src", str(raw / "ted.en"), "--ref", str(raw / "ted.de"))
+    status, plain, _ = run_cli(*args)
+    status2, out, err = run_cli(*args, "--cxmi")
+    assert status == status2 == 0
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert rows[0][-2:] == ["logprob_alone", "cxmi_bits"]
+    assert [r[:5] for r in rows[1:]] == [line.split("\t") for line in plain.splitlines()[1:]]
+    for r in rows[1:]:
+        logprob, tokens, alone, cxmi = float(r[2]), int(r[3]), float(r[5]), float(r[6])
+        assert cxmi == pytest.approx((logprob - alone) / tokens / np.log(2), abs=2e-4)
+    assert all(float(r[6]) == pytest.approx(0, abs=1e-3) for r in rows[1:] if r[1] == "1")
+    assert any(abs(float(r[6])) > 1e-3 for r in rows[1:] if r[1] not in ("1", "*"))
+    assert "CXMI" in err and "bits/token" in err
+    status, _, _ = run_cli(*args, "--cxmi", "--output-format", "jsonl", "-o", str(tmp_path / "s.jsonl"), "-q")
+    objs = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    doc_rows = [r for r in rows[1:] if r[1] == "*"]
+    assert status == 0 and objs[0]["cxmi_bits"] == pytest.approx(float(doc_rows[0][6]), abs=1e-3)
+    assert objs[0]["sentences"][0]["logprob_alone"] == pytest.approx(float(rows[1][5]), abs=1e-3)
 
 
 @pytest.mark.slow
