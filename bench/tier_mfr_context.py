@@ -1,8 +1,9 @@
 """How much a Tier M-fr model uses its context on the validation sittings: CXMI (docnmt score --cxmi,
 docs/methods/discourse.md#context-usage-cxmi), the mean over reference tokens of
 log2 p(y | x, context) - log2 p(y | x alone), with the share of sentences the context made more
-likely and the CXMI by sentence position. Writes RUN_DIR/valid.cxmi.json (kept by
-bench/tier_mfr_keep.py, a column of bench/tier_mfr_table.py).
+likely and the CXMI by sentence position; and, teacher-forced on the same data (docnmt entropy),
+each attention kind's entropy and its weight on other sentences than the query's own. Writes
+RUN_DIR/valid.cxmi.json (kept by bench/tier_mfr_keep.py, columns of bench/tier_mfr_table.py).
 
     python bench/tier_mfr_context.py RUN_DIR --src ../shared/data/enfr/valid/hansard.en \
         --ref ../shared/data/enfr/valid/hansard.fr
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 from docnmt.readers import read_documents
-from docnmt.scoring import context_usage
+from docnmt.scoring import attention_entropy, context_usage
 from docnmt.translate import Translator
 
 
@@ -29,13 +30,17 @@ def main() -> None:
     out = Path(args.out or Path(args.run) / "valid.cxmi.json")
     start = time.time()
     translator = Translator.load(args.run, None, "cpu")
-    usage = context_usage(translator, read_documents(args.src, args.ref))
+    docs = read_documents(args.src, args.ref)
+    usage = context_usage(translator, docs)
     usage.pop("documents")
+    attention = attention_entropy(translator, docs)
+    usage.update(entropy_bits=attention["entropy_bits"], context_share=attention["context_share"],
+                 self_distance_tokens=attention["self_distance_tokens"])
     usage.update(seconds=round(time.time() - start, 1), src=args.src, ref=args.ref)
     out.write_text(json.dumps(usage, indent=1) + "\n")
     print(f"{args.run}: CXMI {usage['cxmi_bits_per_token']:+.4f} bits/token over {usage['tokens']} tokens, "
           f"{100 * usage['sentences_more_likely_with_context']:.1f}% of {usage['sentences']} sentences more likely "
-          f"with context ({usage['seconds']:.0f} s)")
+          f"with context; attention on other sentences {attention['context_share']} ({usage['seconds']:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -81,31 +81,40 @@ HEADER = ["system", "updates", "training", "valid NLL (bits)", "s-BLEU (Δ, p)",
 
 
 CONTEXT_HEADER = ["system", "CXMI (bits/token)", "sentences more likely with context",
-                  "CXMI at sentence 1 / 2 / 3 / 4+", "cross-attention entropy (bits)",
-                  "decoder self-attention entropy (bits)", "encoder self-attention entropy (bits)"]
+                  "CXMI at sentence 1 / 2 / 3 / 4+",
+                  "attention on other sentences: cross / decoder self / encoder self",
+                  "attention entropy (bits): cross / decoder self / encoder self"]
+KINDS = ("cross", "dec_self", "enc_self")
 
 
-def entropy_cell(v: dict, kind: str) -> str:
-    """The last validation's entropy of one attention kind, with G-Transformer's global variant."""
-    if f"valid_entropy_{kind}" not in v:
-        return "–"
-    cell = f"{v[f'valid_entropy_{kind}']:.2f}"
-    return cell + (f" (global {v[f'valid_entropy_{kind}_global']:.2f})" if f"valid_entropy_{kind}_global" in v else "")
+def kind_cell(values: dict, fmt, context_label: str) -> str:
+    """One figure per attention kind (G-Transformer's global variant beside its local one, the
+    context encoder's context attention after them)."""
+    cells = []
+    for kind in KINDS:
+        cell = fmt(values[kind]) if kind in values else "–"
+        cells.append(cell + (f" (global {fmt(values[kind + '_global'])})" if kind + "_global" in values else ""))
+    gates = [f"{side} {fmt(values[side + '_context'])}" for side in ("enc", "dec") if side + "_context" in values]
+    return " / ".join(cells) + (f"; {context_label} {', '.join(gates)}" if gates else "")
 
 
 def context_rows(root: Path) -> list[list[str]]:
-    """How much each system uses its context: CXMI on the validation sittings
-    (bench/tier_mfr_context.py) and the attention entropies of its last validation."""
+    """How much each system uses its context on the validation sittings (bench/tier_mfr_context.py):
+    CXMI, and the attention's weight on other sentences and its entropy per kind (without that
+    file, the entropies of the last validation during training)."""
     out = []
     for name in [r for r in ORDER if (root / r).exists()]:
-        run, cx = root / name, load(root / name / "valid.cxmi.json")
-        v = last_valid(run)
-        pos = cx["cxmi_by_position"] if cx else {}
+        cx = load(root / name / "valid.cxmi.json") or {}
+        v = last_valid(root / name)
+        entropy = cx.get("entropy_bits") or {k[len("valid_entropy_"):]: x for k, x in v.items()
+                                              if k.startswith("valid_entropy_")}
+        pos = cx.get("cxmi_by_position", {})
         out.append([NAMES.get(name, name),
                     f"{cx['cxmi_bits_per_token']:+.4f}" if cx else "–",
                     f"{100 * cx['sentences_more_likely_with_context']:.1f}%" if cx else "–",
                     " / ".join(f"{pos[k]:+.3f}" if k in pos else "–" for k in ("1", "2", "3", "4+")) if cx else "–",
-                    entropy_cell(v, "cross"), entropy_cell(v, "dec_self"), entropy_cell(v, "enc_self")])
+                    kind_cell(cx.get("context_share", {}), lambda x: f"{100 * x:.1f}%", "context gates") if cx else "–",
+                    kind_cell(entropy, lambda x: f"{x:.2f}", "context attention")])
     return out
 
 

@@ -540,14 +540,22 @@ class AttentionProbe:
     entropy in bits of its head-averaged weights for each query, (B, nq) under the module's name
     (docs/methods/discourse.md#attention-entropy), and every self-attention call (``*.N.self``)
     the mean distance in tokens between each query and the keys it attends to,
-    sum_j w_ij |i − j| (how local it is; queries aligned to the last keys). It costs an explicit
-    N×N product per call, so it is for evaluation passes."""
+    sum_j w_ij |i − j| (how local it is; queries aligned to the last keys). Given ``sentences``,
+    the instance sentence of every token of the inputs (``{"src": (B, n_src), "tgt_in": (B, n_tgt)}``,
+    target sentences numbered as the source sentences they translate, -1 for a token in none),
+    every encoder/decoder self- and cross-attention call also records ``context_share``: the
+    weight each query puts on keys of other sentences than its own (NaN for a query in no
+    sentence; docs/methods/discourse.md#attention-entropy); a method whose context has its own
+    route records the weight given to it (:meth:`record_context_weight`). It costs
+    an explicit N×N product per call, so it is for evaluation passes."""
 
     active: "AttentionProbe | None" = None
 
-    def __init__(self):
+    def __init__(self, sentences: dict[str, Tensor] | None = None):
         self.entropy: dict[str, list[Tensor]] = {}
         self.distance: dict[str, list[Tensor]] = {}
+        self.context_share: dict[str, list[Tensor]] = {}
+        self.sentences = sentences or {}
 
     def __enter__(self) -> "AttentionProbe":
         AttentionProbe.active = self
@@ -565,6 +573,31 @@ class AttentionProbe:
                 pos = torch.arange(nk, device=w.device, dtype=w.dtype)
                 gap = (pos[nk - nq:, None] - pos[None, :]).abs()
                 self.distance.setdefault(name, []).append((w * gap).sum(-1))
+            sides = self._sides(name)
+            if sides:
+                q_ids, k_ids = self.sentences[sides[0]], self.sentences[sides[1]]
+                nq, nk = w.shape[-2:]
+                if q_ids.shape == (w.size(0), nq) and k_ids.shape == (w.size(0), nk):
+                    other = q_ids[:, :, None] != k_ids[:, None, :]
+                    share = (w * other).sum(-1).masked_fill(q_ids < 0, float("nan"))   # in no sentence
+                    self.context_share.setdefault(name, []).append(share)
+
+    def record_context_weight(self, name: str, weight: Tensor) -> None:
+        """A method whose context comes in through another route than attention over the same
+        input (the context-encoder Transformer's gate) records the weight each query gives its
+        context, (B, nq), as that module's ``context_share``."""
+        self.context_share.setdefault(name, []).append(weight.detach().float())
+
+    def _sides(self, name: str) -> tuple[str, str] | None:
+        """(query input, key input) of an encoder or decoder self- or cross-attention call whose
+        sentences are known: ``enc.N.self`` src/src, ``dec.N.self`` tgt_in/tgt_in, ``dec.N.cross``
+        tgt_in/src (and their ``.local``/``.global`` variants)."""
+        parts = name.split(".")
+        if len(parts) < 3 or parts[0] not in ("enc", "dec") or parts[2] not in ("self", "cross"):
+            return None
+        q = "src" if parts[0] == "enc" else "tgt_in"
+        k = q if parts[2] == "self" else "src"
+        return (q, k) if q in self.sentences and k in self.sentences else None
 
 
 def module_kind(name: str) -> str:

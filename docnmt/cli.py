@@ -379,8 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true", help="overwrite existing --scores/--json/--plot files")
 
-    p = verb("entropy", "attention entropy per module (bits) and self-attention distance (tokens) "
-                                       "of a model on parallel documents")
+    p = verb("entropy", "attention entropy per module (bits), self-attention distance (tokens) and the "
+                        "attention weight on other sentences than the query's own, of a model on parallel documents")
     p.add_argument("model", help="model directory")
     p.add_argument("--src", "--input", "-i", dest="src", required=True, help="source documents")
     p.add_argument("--ref", required=True, help="target documents")
@@ -985,10 +985,11 @@ def cmd_entropy(args) -> int:
     translator = Translator.load(args.model, args.checkpoint, args.device)
     res = attention_entropy(translator, docs, progress=not args.quiet)
     print(f"{res['instances']} instances, teacher-forced NLL {res['nll_bits_per_token']:.3f} bits/token")
-    dist = res["self_distance_tokens"]
-    print(f"{'module':<22}{'entropy (bits)':>15}{'mean distance (tokens)':>24}")
+    dist, share = res["self_distance_tokens"], res["context_share"]
+    print(f"{'module':<22}{'entropy (bits)':>15}{'mean distance (tokens)':>24}{'on other sentences':>20}")
     for k, v in res["entropy_bits"].items():
-        print(f"{k:<22}{v:15.3f}" + (f"{dist[k]:24.1f}" if k in dist else f"{'-':>24}"))
+        print(f"{k:<22}{v:15.3f}" + (f"{dist[k]:24.1f}" if k in dist else f"{'-':>24}")
+              + (f"{100 * share[k]:19.1f}%" if k in share else f"{'-':>20}"))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     return 0

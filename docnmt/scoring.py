@@ -60,7 +60,9 @@ def teacher_forced(translator, corpus: Corpus, rows: np.ndarray, *, max_tokens: 
                    progress: bool = False, desc: str = "score", probe: bool = False) -> Iterable:
     """Yield ``(indices, batch, token_logprobs, probe)`` for batches of ``rows``:
     ``token_logprobs[i, t]`` is log p(labels[i, t]) (0 at pads), with the probe recording the
-    attention entropy when ``probe``."""
+    attention entropy when ``probe``, and each attention's weight on other sentences: target
+    sentences are numbered as the source sentences they translate (an instance whose target
+    starts later than its source, Doc2Sent, is shifted)."""
     model, device = translator.model, translator.device
     iset = InstanceSet(corpus, rows, translator.joiner)
     # a DocFlat model scores every instance alone: candidates must not see each other through FBA
@@ -70,7 +72,13 @@ def teacher_forced(translator, corpus: Corpus, rows: np.ndarray, *, max_tokens: 
     with tqdm(total=len(rows), desc=desc, unit="inst", disable=not progress, leave=False) as bar:
         for idx in batches:
             batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in iset.collate(idx).items()}
-            with (AttentionProbe() if probe else _Null()) as p:
+            sentences = None
+            if probe:
+                joiner, shift = translator.joiner, torch.as_tensor(rows[idx, 2] - rows[idx, 0], device=device)
+                tgt = joiner.sentence_ids(batch["tgt_in"])
+                sentences = {"src": joiner.sentence_ids(batch["src"]),
+                             "tgt_in": torch.where(tgt < 0, tgt, tgt + shift[:, None])}
+            with (AttentionProbe(sentences) if probe else _Null()) as p:
                 logits = model(batch["src"], batch["tgt_in"], **model_inputs(batch))
             lp = torch.log_softmax(logits.float(), -1).gather(-1, batch["labels"][..., None]).squeeze(-1)
             yield idx, batch, lp.masked_fill(batch["labels"].eq(pad), 0.0), p
@@ -184,8 +192,11 @@ def attention_entropy(translator, docs: list[Document], progress: bool = False,
     """Attention entropy in bits per module kind (docs/methods/discourse.md#attention-entropy:
     head-averaged weights, mean over the real queries of an instance, mean over layers and
     instances) of the model on parallel documents, cut into instances as at test time; also the
-    mean self-attention distance in tokens per module kind (``AttentionProbe``) and the
-    teacher-forced NLL in bits/token."""
+    mean self-attention distance in tokens per module kind (``AttentionProbe``), the mean weight
+    a query of each encoder/decoder self- and cross-attention kind puts on other sentences than
+    its own (``context_share``: 0 for a sentence model and for G-Transformer's group attention;
+    for the context encoder's gated context attention, ``enc_context``/``dec_context``, the gate's
+    weight on the context) and the teacher-forced NLL in bits/token."""
     if any(d.tgt is None for d in docs):
         raise DataError("attention entropy needs parallel documents (source and target)")
     corpus = Corpus.encode(docs, translator.vocab, max_sentence_tokens=translator.cfg.model.max_positions - 2)
@@ -197,21 +208,23 @@ def attention_entropy(translator, docs: list[Document], progress: bool = False,
         nll -= float(lp.sum())
         ntok += batch["ntokens"]
     return {"instances": len(rows), "nll_bits_per_token": nll / max(ntok, 1) / math.log(2),
-            "entropy_bits": meter.result(), "self_distance_tokens": meter.result("distance")}
+            "entropy_bits": meter.result(), "self_distance_tokens": meter.result("distance"),
+            "context_share": meter.result("context_share")}
 
 
 class EntropyMeter:
     """Attention entropy per module kind (docs/methods/discourse.md#attention-entropy): per
     instance the mean over its real (non-pad) queries of the entropy in bits of the head-averaged
     weights, averaged over the layers of that kind and over instances; the same for the
-    self-attention distance in tokens (``AttentionProbe``)."""
+    self-attention distance in tokens and the weight on other sentences (``AttentionProbe``)."""
 
     def __init__(self):
         self.sums: dict[tuple[str, str], float] = {}
         self.counts: dict[tuple[str, str], int] = {}
 
     def add(self, probe: AttentionProbe, batch: dict, pad: int) -> None:
-        for stat, recorded in (("entropy", probe.entropy), ("distance", probe.distance)):
+        for stat, recorded in (("entropy", probe.entropy), ("distance", probe.distance),
+                               ("context_share", probe.context_share)):
             for name, records in recorded.items():
                 kind = module_kind(name)
                 side = "ctx" if kind.startswith("ctx") else "src" if kind.startswith("enc") else "tgt_in"
@@ -219,11 +232,13 @@ class EntropyMeter:
                 for h in records:
                     if h.shape != real.shape:  # flat-batch attention (DocFlat): one row of the batch's real tokens
                         real = torch.ones_like(h, dtype=torch.bool)
-                    per_instance = (h * real).sum(1) / real.sum(1).clamp_min(1)
+                    ok = real & ~h.isnan()     # NaN: a query outside every sentence (context share)
+                    per_instance = (h.nan_to_num(0.0) * ok).sum(1) / ok.sum(1).clamp_min(1)
                     key = (stat, kind)
                     self.sums[key] = self.sums.get(key, 0.0) + float(per_instance.sum())
                     self.counts[key] = self.counts.get(key, 0) + h.size(0)
 
     def result(self, stat: str = "entropy") -> dict[str, float]:
-        """Per module kind: ``entropy`` in bits, or ``distance`` in tokens (self-attention only)."""
+        """Per module kind: ``entropy`` in bits, ``distance`` in tokens (self-attention only), or
+        ``context_share``, the weight on other sentences (when the probe knew the sentences)."""
         return {k: self.sums[s, k] / self.counts[s, k] for s, k in sorted(self.sums) if s == stat}

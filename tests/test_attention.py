@@ -98,6 +98,52 @@ def test_bf16_attention_gradients_close_to_fp32():
         torch.testing.assert_close(g16, g32, rtol=0.05, atol=0.05)
 
 
+def test_attention_probe_context_share_is_the_weight_on_other_sentences():
+    """Given the sentences of the inputs, the probe records per query the weight on keys of other
+    sentences: uniform weights over 5 keys of which 2 are in the query's sentence give 3/5; a
+    group-masked attention (keys of its own sentence only) gives 0; a call whose sides are unknown
+    (no sentences, or a context attention) records nothing; the meter averages real queries."""
+    from docnmt.attention import group_mask
+    from docnmt.scoring import EntropyMeter
+    torch.manual_seed(0)
+    names = ("enc.0.self", "dec.0.self", "dec.0.cross", "dec.0.cross.global", "dec.0.context")
+    attn = {n: MultiheadAttention(CFG.d_model, CFG.heads, name=n) for n in names}
+    for m in attn.values():
+        with torch.no_grad():
+            m.in_proj.weight.zero_()            # all logits 0: uniform weights
+    x = torch.randn(1, 5, CFG.d_model)
+    src_ids, tgt_ids = torch.tensor([[0, 0, 1, 1, 1]]), torch.tensor([[0, 0, 0, 1, 1]])
+    with AttentionProbe({"src": src_ids, "tgt_in": tgt_ids}) as probe:
+        attn["enc.0.self"](x, x, AttnSpec())
+        attn["dec.0.self"](x, x, AttnSpec(is_causal=True))
+        attn["dec.0.cross"](x, x, AttnSpec(mask=group_mask(tgt_ids + 1, src_ids + 1)))
+        attn["dec.0.cross.global"](x, x, AttnSpec())
+        attn["dec.0.context"](x, x, AttnSpec())
+    assert set(probe.context_share) == {"enc.0.self", "dec.0.self", "dec.0.cross", "dec.0.cross.global"}
+    torch.testing.assert_close(probe.context_share["enc.0.self"][0], torch.tensor([[3 / 5] * 2 + [2 / 5] * 3]))
+    # causal: query i sees keys 0..i; other-sentence keys among them
+    torch.testing.assert_close(probe.context_share["dec.0.self"][0], torch.tensor([[0, 0, 0, 3 / 4, 3 / 5]]))
+    torch.testing.assert_close(probe.context_share["dec.0.cross"][0], torch.zeros(1, 5))
+    torch.testing.assert_close(probe.context_share["dec.0.cross.global"][0],
+                               torch.tensor([[3 / 5] * 3 + [2 / 5] * 2]))
+    meter = EntropyMeter()
+    meter.add(probe, {"src": torch.tensor([[5, 6, 7, 8, 0]]), "tgt_in": torch.tensor([[5, 6, 7, 8, 9]])}, 0)
+    share = meter.result("context_share")
+    assert share["enc_self"] == pytest.approx((3 / 5 * 2 + 2 / 5 * 2) / 4)        # the pad query is left out
+    assert share["cross"] == pytest.approx(0.0) and set(share) == {"enc_self", "dec_self", "cross", "cross_global"}
+    with AttentionProbe() as blind:
+        attn["enc.0.self"](x, x, AttnSpec())
+    assert blind.context_share == {} and set(blind.entropy) == {"enc.0.self"}
+    # a query in no sentence (G-Transformer's leading EOD, id -1) is left out of the share
+    with AttentionProbe({"src": src_ids, "tgt_in": torch.tensor([[-1, 0, 0, 1, 1]])}) as start:
+        attn["dec.0.cross.global"](x, x, AttnSpec())
+    row = start.context_share["dec.0.cross.global"][0]
+    assert row[0, 0].isnan() and row[0, 1:].tolist() == pytest.approx([3 / 5, 3 / 5, 2 / 5, 2 / 5])
+    meter = EntropyMeter()
+    meter.add(start, {"src": torch.tensor([[5, 6, 7, 8, 9]]), "tgt_in": torch.tensor([[5, 6, 7, 8, 9]])}, 0)
+    assert meter.result("context_share")["cross_global"] == pytest.approx(0.5)
+
+
 def test_attention_probe_self_distance_matches_its_definition():
     """Self-attention distance sum_j w_ij |i − j| in tokens: uniform weights over 5 keys give the
     mean gap to every position, causal uniform weights i/2; cross-attention records none; the

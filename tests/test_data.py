@@ -289,6 +289,20 @@ def test_split_recovery_rules_uniform(tiny_vocab, words, generated, n, expected,
     assert good is ok
 
 
+@pytest.mark.parametrize("separator", ["index", "uniform", "group", "global_index"])
+def test_sentence_ids_number_each_formats_sentences(tiny_vocab, separator):
+    """Every token of a source and a decoder input is given the 0-based instance sentence it
+    belongs to (a separator opens the next sentence; G-Transformer's leading EOD is in none: -1)."""
+    joiner = make_joiner(tiny_vocab, separator)
+    sents = [np.array([10, 11]), np.array([12]), np.array([13, 14, 15])]
+    for tokens in (joiner.source(sents, 3), joiner.decoder_io(sents, 3)[0]):
+        ids = joiner.sentence_ids(torch.as_tensor(tokens[None].astype(np.int64)))[0].tolist()
+        words = {w: ids[i] for i, w in enumerate(tokens.tolist()) if w >= 10 and w <= 15}
+        assert words == {10: 0, 11: 0, 12: 1, 13: 2, 14: 2, 15: 2}, (separator, tokens, ids)
+        assert ids == sorted(ids) and ids[-1] == 2
+        assert ids[0] == (-1 if separator == "group" and tokens[0] != tiny_vocab.bos else 0)
+
+
 def test_group_format_is_g_transformers(tiny_vocab):
     """G-Transformer format (docs/methods/gtransformer.md#data-format): source <s> x1 </s> <s> x2 </s>;
     decoder input EOD <s> y1 </s> <s> y2 </s>; labels <s> y1 </s> <s> y2 </s> EOD."""

@@ -318,6 +318,32 @@ def test_entropy_cli(tiny_dir, tiny_model, run_cli, tmp_path):
     dist = res["self_distance_tokens"]        # self-attention only, in tokens
     assert set(dist) == {"enc_self", "enc_self_global", "dec_self", "dec_self_global"}
     assert all(v > 0 for v in dist.values()) and dist["enc_self"] < dist["enc_self_global"]
+    share = res["context_share"]              # group attention sees its own sentence only
+    assert set(share) == set(ent) and "on other sentences" in out
+    assert all(share[k] == pytest.approx(0, abs=1e-6) for k in ("enc_self", "dec_self", "cross"))
+    assert all(0.01 < share[k + "_global"] < 1 for k in ("enc_self", "dec_self", "cross"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["sent2sent", "doc2sent", "doc2doc", "docflat", "context"])
+def test_attention_on_other_sentences(tiny_dir, tiny_model, name):
+    """A sentence model has nothing else to attend to; a document model puts some weight on its
+    context sentences; Doc2Sent's target is the source's last sentence, so its cross-attention
+    share is the weight on the source's context sentences; the context encoder's is its gates'
+    weight on the context, 1 - λ."""
+    from docnmt.scoring import attention_entropy
+    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
+    share = attention_entropy(Translator.load(tiny_model(name), device="cpu"), docs[:2])["context_share"]
+    assert {"enc_self", "dec_self", "cross"} <= set(share)
+    if name in ("sent2sent", "context"):
+        assert all(v == 0 for k, v in share.items() if not k.endswith("_context"))
+    if name == "context":
+        gates = {k: v for k, v in share.items() if k.endswith("_context")}
+        assert gates and all(0.01 < v < 0.99 for v in gates.values())
+    elif name != "sent2sent":
+        assert 0.01 < share["cross"] < 1 and 0.01 < share["enc_self"] < 1
+    if name == "doc2sent":
+        assert share["dec_self"] == 0       # one target sentence
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ names to joiners.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from ..vocab import Vocab
 
@@ -41,6 +42,13 @@ class Joiner:
 
     def sep(self, i: int) -> int:
         return self.vocab.sep(i if self.indexed else None)
+
+    def sentence_ids(self, tokens: torch.Tensor) -> torch.Tensor:
+        """For a batch of source or decoder-input token ids (B, n), the 0-based index of the
+        instance sentence each token belongs to: a separator opens the next sentence (so in the
+        decoder input the separator's position, which predicts the next sentence, is there too)."""
+        seps = torch.tensor(sorted(self.sep_ids), dtype=tokens.dtype, device=tokens.device)
+        return torch.isin(tokens, seps).long().cumsum(-1)
 
     def start_for(self, first: int) -> int:
         """The decoder's start token for an instance whose first target sentence is sentence

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..attention import AttnSpec, MultiheadAttention
+from ..attention import AttentionProbe, AttnSpec, MultiheadAttention
 from ..errors import ConfigError
 from ..model import (
     AttentionPolicy,
@@ -78,6 +78,8 @@ class GatedContextSublayer(Sublayer):
         if not self.gated:
             return super().combine(x, y)
         lam = torch.sigmoid(self.gate_input(x) + self.gate_context(y))
+        if AttentionProbe.active is not None:    # an evaluation pass: the weight given to the context
+            AttentionProbe.active.record_context_weight(self.attn.name, (1 - lam).mean(-1))
         return lam * x + (1 - lam) * y
 
 

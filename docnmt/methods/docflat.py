@@ -404,6 +404,10 @@ class GlobalIndexJoiner(Joiner):
     def source(self, sents: list[np.ndarray], first: int = 1) -> np.ndarray:
         return self.join(sents, first)
 
+    def sentence_ids(self, tokens: Tensor) -> Tensor:
+        """Every sentence opens with its index token (``<sepj> w… </s>``)."""
+        return (super().sentence_ids(tokens) - 1).clamp_min(0)
+
     def decoder_io(self, sents: list[np.ndarray], first: int = 1) -> tuple[np.ndarray, np.ndarray]:
         body = self.join(sents, first)
         return body[:-1], body[1:]

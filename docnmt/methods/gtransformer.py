@@ -229,6 +229,11 @@ class GroupJoiner(Joiner):
     def source(self, sents: list[np.ndarray], first: int = 1) -> np.ndarray:
         return self.join(sents)
 
+    def sentence_ids(self, tokens: Tensor) -> Tensor:
+        """Sentence ``k`` is ``<s> … </s>``; the decoder's leading EOD is in none (-1): like
+        G-Transformer's tag 0, it belongs to no group."""
+        return tokens.eq(self.vocab.bos).long().cumsum(-1) - 1
+
     def prefix(self, sents: list[list[int]], first: int = 1) -> list[int]:
         return [int(t) for t in self.join([np.asarray(s, dtype=np.int32) for s in sents])] if sents else []
 
