@@ -14,8 +14,9 @@
 #            SCAT valid with exact McNemar tests against the control. DocFlat's pass 1 is the
 #            control's translation. Context usage: CXMI on the validation sittings
 #            (bench/tier_mfr_context.py) beside the attention entropies of the last validation.
-# Everything resumes: run it again after any interruption (runs/ holds checkpoints every 200
-# updates); finished steps are skipped. Each run's config, metrics, learning curve, scores and
+# Each stage-2 system is scored as soon as it is trained (the control first). Everything resumes:
+# run it again after any interruption (runs/ holds checkpoints every 200 updates); finished steps
+# are skipped. Each run's config, metrics, learning curve, scores and
 # coverage are kept in bench/results/tier_mfr/<run>/ (bench/tier_mfr_keep.py), the weights of the
 # control, G-Transformer and the best other document model as fp16 safetensors there too.
 # Usage (from anywhere):   (nohup setsid bash bench/tier_mfr.sh > runs/tier_mfr/queue.log 2>&1 &)
@@ -49,22 +50,15 @@ declare -A ARCH=(
   [gt_dls_laa]="--arch g_transformer_dls_laa_small --pretrained-lr-scale 0.2 --word-dropout 0.1 --set data.dls_epoch_offset=10"
 )
 RUNS=${ONLY:-"control gt doc2doc pt docflat_d context gt_dls_laa"}
-for name in $RUNS; do
-  # shellcheck disable=SC2086
-  step docnmt train "$DATA" ${ARCH[$name]} --save-dir "$R/$name" "${FT[@]}"
-  python bench/tier_mfr_keep.py "$R/$name" "$KEEP/$name"
-done
-[ "${TRAIN_ONLY:-0}" = 1 ] && exit 0
-
 DECODE=(--beam 5 --lenpen 1.0 --lenpen-style fairseq -q)
 BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
-for name in $RUNS; do
-  out=$R/$name/valid.fr
-  extra=()
+
+score() {   # translate and score one trained run (the control's first: the others are compared with it)
+  local name=$1 out=$R/$1/valid.fr extra=() against=() base=() suite s
   [ "$name" = docflat_d ] && extra=(--first-pass "$R/control/valid.fr")    # two-pass: the control is pass 1
   [ -f "$out" ] || step docnmt translate "$R/$name" -i "$S/valid/hansard.en" -o "$out" "${DECODE[@]}" "${extra[@]}" \
                          --report "$R/$name/valid.coverage.json"
-  against=(); [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
+  [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
   step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" "${against[@]}" --json "$R/$name/valid.json"
   [ -f "$R/$name/valid.cxmi.json" ] || step python bench/tier_mfr_context.py "$R/$name" \
                                               --src "$S/valid/hansard.en" --ref "$S/valid/hansard.fr"
@@ -75,7 +69,16 @@ for name in $RUNS; do
                                       --scores "$R/$name/$s.scores.jsonl" "${base[@]}"
   done
   python bench/tier_mfr_keep.py "$R/$name" "$KEEP/$name"
+}
+
+# each run is scored as soon as it is trained, so results arrive one system at a time
+for name in $RUNS; do
+  # shellcheck disable=SC2086
+  step docnmt train "$DATA" ${ARCH[$name]} --save-dir "$R/$name" "${FT[@]}"
+  python bench/tier_mfr_keep.py "$R/$name" "$KEEP/$name"
+  if [ "${TRAIN_ONLY:-0}" != 1 ]; then score "$name"; fi    # (not `|| score`: set -e must hold inside)
 done
+[ "${TRAIN_ONLY:-0}" = 1 ] && exit 0
 python bench/tier_mfr_keep.py --weights "$R/control" "$KEEP/control"
 python bench/tier_mfr_keep.py --weights "$R/gt" "$KEEP/gt"
 best=$(python bench/tier_mfr_table.py --best-other "$KEEP")
