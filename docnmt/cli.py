@@ -421,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-detokenize", action="store_true", help="Voita et al.: keep the suite's Moses tokenisation")
     p.add_argument("--tcp", metavar="PDC_DIR", help="also TCP against this PDC test directory")
     p.add_argument("--comet-model", help="also COMET with this local checkpoint")
+    p.add_argument("--cxmi", action="store_true",
+                   help="also how much each model uses its context: CXMI in bits per reference token "
+                        "(as docnmt score --cxmi; model directories only)")
     p.add_argument("--bootstrap-samples", type=positive_int, default=1000, metavar="N",
                    help="bootstrap resamples of the paired significance tests")
     p.add_argument("--force", action="store_true", help="re-translate, and write into a non-compare --out")
@@ -1020,7 +1023,7 @@ def cmd_compare(args) -> int:
             suite_format=args.suite_format,
             suite_options={"split": args.suite_split, "detokenize": not args.no_detokenize,
                            "lang": tuple(args.suite_langs) if args.suite_langs else None},
-            tcp_dir=args.tcp, comet_model=args.comet_model,
+            tcp_dir=args.tcp, comet_model=args.comet_model, cxmi=args.cxmi,
             samples=args.bootstrap_samples, force=args.force, log=lambda m: print(m, file=sys.stderr),
             progress=not args.quiet)
     print((Path(args.out) / "compare.md").read_text())

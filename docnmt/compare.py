@@ -3,8 +3,9 @@
 A system is a model directory (translated here, the translation cached under ``OUT/hyps``) or a
 translation file (marker or JSONL), optionally named ``NAME=PATH``. For each: s-/d-BLEU and chrF
 (cased), paired bootstrap of s- and d-BLEU against the baseline (the first system unless named),
-TCP and COMET when asked, and the accuracy on each contrastive suite (model directories only)
-with an exact McNemar test against the baseline on the same examples.
+TCP, COMET and the context usage (CXMI, model directories only) when asked, and the accuracy on
+each contrastive suite (model directories only) with an exact McNemar test against the baseline
+on the same examples.
 Writes ``compare.md``, ``compare.csv``, ``compare.json`` and the plots ``dbleu_by_length.png`` and
 ``<suite>_by_<key>.png`` (accuracy per antecedent distance, pronoun, ...).
 """
@@ -71,7 +72,7 @@ def suite_names(paths: list[str]) -> dict[str, str]:
 
 def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: str | None = None,
             fmt: str = "auto", suites: list[str] = (), suite_format: str = "auto", suite_options: dict | None = None,
-            tcp_dir: str | None = None,
+            tcp_dir: str | None = None, cxmi: bool = False,
             comet_model: str | None = None, samples: int = 1000, force: bool = False,
             log: Callable[[str], None] = print, progress: bool = True) -> dict:
     from .contrastive import paired_test
@@ -108,6 +109,8 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
             sysm.metrics["tcp"] = tcp_documents(sysm.hyp, tcp_dir)
         if comet_model:
             sysm.metrics["comet"] = _comet(comet_model, src_docs, sysm.hyp, refs, log)
+        if cxmi and sysm.is_model:
+            sysm.metrics["cxmi"] = _cxmi(sysm, src_docs, refs, progress, log)
         if examples and sysm.is_model:
             sysm.metrics["suites"] = _suites(sysm, examples, loaded_suites, suite_format, suite_options or {},
                                              out, progress, log)
@@ -172,6 +175,17 @@ def _comet(model: str, src_docs, hyp, refs, log) -> dict | None:
     return {"score": res["score"], "model": res["model"], "documents": kept, "of_documents": len(refs)}
 
 
+def _cxmi(sysm: System, src_docs, refs, progress, log) -> dict:
+    """How much the model uses its context on the test documents (docnmt score --cxmi)."""
+    from .document import Document
+    from .scoring import context_usage
+    from .translate import Translator
+    docs = [Document(d.docid, d.src, r) for d, r in zip(src_docs, refs)]
+    usage = context_usage(Translator.load(sysm.path), docs, progress=progress)
+    log(f"{sysm.name}: CXMI {usage['cxmi_bits_per_token']:+.4f} bits/token")
+    return {k: usage[k] for k in ("cxmi_bits_per_token", "sentences_more_likely_with_context", "cxmi_by_position")}
+
+
 def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, options: dict, out: Path, progress, log) -> dict:
     from .contrastive import accuracy_report, format_report, right_answers, score_examples, write_scores
     from .suites import read_suite
@@ -199,6 +213,7 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
     header = ["system", "s-BLEU", "d-BLEU", "s-chrF", "d-chrF", "Δs-BLEU (p)", "Δd-BLEU (p)"]
     header += ["TC", "CP", "PT", "TCP"] if has("tcp") else []
     header += ["COMET"] if has("comet") else []
+    header += ["CXMI (bits)"] if has("cxmi") else []
     header += [h for s in suites for h in (f"{s} acc.", f"Δ{s} acc. (p)")]
     rows = []
     for name, s in systems.items():
@@ -212,6 +227,8 @@ def table(result: dict) -> tuple[list[str], list[list[str]]]:
             row += [f"{s['tcp'][k]['score']:.1f}" for k in ("TC", "CP", "PT")] + [f"{s['tcp']['TCP']:.1f}"]
         if has("comet"):
             row.append(f"{s['comet']['score']:.4f}" if s.get("comet") else "-")
+        if has("cxmi"):
+            row.append(f"{s['cxmi']['cxmi_bits_per_token']:+.4f}" if s.get("cxmi") else "-")
         for k in suites:
             row.append(f"{100 * s['suites'][k]['accuracy']:.2f}" if k in s.get("suites", {}) else "-")
             t = s.get("suites_paired", {}).get(k)
@@ -228,5 +245,8 @@ def markdown(header: list[str], rows: list[list[str]], result: dict) -> str:
     lines += ["", f"Reference: `{result['ref']}`; source: `{result['src']}`. Baseline of the paired bootstrap "
               f"(Δ = system − baseline, one-sided p): **{result['baseline']}**. BLEU: `{sig}`. "
               "Suite accuracy counts ties as errors; Δ acc. is in points against the baseline, "
-              "with the two-sided p of an exact McNemar test on the same examples."]
+              "with the two-sided p of an exact McNemar test on the same examples."
+              + (" CXMI: how much the context raises the references' log-probability, in bits per "
+                 "token (0 for a sentence model; models only)." if any(s.get("cxmi") for s in
+                                                                   result["systems"].values()) else "")]
     return "\n".join(lines) + "\n"

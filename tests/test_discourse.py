@@ -353,7 +353,7 @@ def test_compare_two_models_and_a_file(tiny_dir, tiny_model, run_cli, tmp_path):
     out = tmp_path / "cmp"
     status, stdout, _ = run_cli("compare", f"base={models['doc2sent']}", models["doc2doc"], "--src", f"{raw}.en",
                                 "--ref", f"{raw}.de", "--out", out, "--suite", BAWDEN / "anaphora.json",
-                                "--bootstrap-samples", "50", "-q")
+                                "--bootstrap-samples", "50", "-q", "--cxmi")
     assert status == 0, stdout
     res = json.loads((out / "compare.json").read_text())
     assert res["baseline"] == "base" and set(res["systems"]) == {"base", "doc2doc"}
@@ -367,6 +367,8 @@ def test_compare_two_models_and_a_file(tiny_dir, tiny_model, run_cli, tmp_path):
     assert "suites_paired" not in res["systems"]["base"]
     md = (out / "compare.md").read_text()
     assert md.count("\n| ") == 2 and "anaphora acc." in md and "| base |" in md and "Δanaphora acc. (p)" in md
+    cxmi = {k: res["systems"][k]["cxmi"]["cxmi_bits_per_token"] for k in ("base", "doc2doc")}
+    assert all(v != 0 for v in cxmi.values()) and "CXMI (bits)" in md and f"{cxmi['doc2doc']:+.4f}" in md
     assert (out / "compare.csv").read_text().splitlines()[0].startswith("system,s-BLEU,d-BLEU")
     for png in ("dbleu_by_length.png", "anaphora_by_type.png"):
         assert (out / png).stat().st_size > 1000
@@ -376,6 +378,7 @@ def test_compare_two_models_and_a_file(tiny_dir, tiny_model, run_cli, tmp_path):
     assert status == 0 and "reusing" in err
     res2 = json.loads((out / "compare.json").read_text())
     assert res2["systems"]["file"]["d_bleu"] == pytest.approx(res["systems"]["base"]["d_bleu"])
+    assert "cxmi" not in res2["systems"]["doc2doc"]                 # only when asked
     # the same name for another model is translated again, never served from the cache
     status, _, err = run_cli("compare", f"doc2doc={models['doc2sent']}", "--src", f"{raw}.en",
                              "--ref", f"{raw}.de", "--out", out, "--bootstrap-samples", "20", "-q")
