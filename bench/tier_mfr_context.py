@@ -38,7 +38,7 @@ def main() -> None:
                  self_distance_tokens=attention["self_distance_tokens"])
     usage.update(seconds=round(time.time() - start, 1), src=args.src, ref=args.ref)
     out.write_text(json.dumps(usage, indent=1) + "\n")
-    print(f"{args.run}: CXMI {usage['cxmi_bits_per_token']:+.4f} bits/token over {usage['tokens']} tokens, "
+    print(f"{args.run}: CXMI {usage['cxmi_bits_per_token']:+.4f} bits per word piece over {usage['tokens']} pieces, "
           f"{100 * usage['sentences_more_likely_with_context']:.1f}% of {usage['sentences']} sentences more likely "
           f"with context; attention on other sentences {attention['context_share']} ({usage['seconds']:.0f} s)")
 

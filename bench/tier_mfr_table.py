@@ -80,7 +80,7 @@ HEADER = ["system", "updates", "training", "valid NLL (bits)", "s-BLEU (Δ, p)",
           "d-chrF (Δ, p)", *(n + " % (Δ, p)" for _, n in SUITES), "documents fully recovered"]
 
 
-CONTEXT_HEADER = ["system", "CXMI (bits/token)", "sentences more likely with context",
+CONTEXT_HEADER = ["system", "CXMI (bits/word piece)", "sentences more likely with context",
                   "CXMI at sentence 1 / 2 / 3 / 4+",
                   "attention on other sentences: cross / decoder self / encoder self",
                   "attention entropy (bits): cross / decoder self / encoder self"]

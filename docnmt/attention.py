@@ -545,7 +545,8 @@ class AttentionProbe:
     target sentences numbered as the source sentences they translate, -1 for a token in none),
     every encoder/decoder self- and cross-attention call also records ``context_share``: the
     weight each query puts on keys of other sentences than its own (NaN for a query in no
-    sentence; docs/methods/discourse.md#attention-entropy); a method whose context has its own
+    sentence, and a key in none counts for no one: docs/methods/discourse.md#attention-entropy);
+    a method whose context has its own
     route records the weight given to it (:meth:`record_context_weight`). It costs
     an explicit N×N product per call, so it is for evaluation passes."""
 
@@ -578,7 +579,8 @@ class AttentionProbe:
                 q_ids, k_ids = self.sentences[sides[0]], self.sentences[sides[1]]
                 nq, nk = w.shape[-2:]
                 if q_ids.shape == (w.size(0), nq) and k_ids.shape == (w.size(0), nk):
-                    other = q_ids[:, :, None] != k_ids[:, None, :]
+                    # a key in no sentence (G-Transformer's start token EOD) is nobody's context
+                    other = (q_ids[:, :, None] != k_ids[:, None, :]) & k_ids[:, None, :].ge(0)
                     share = (w * other).sum(-1).masked_fill(q_ids < 0, float("nan"))   # in no sentence
                     self.context_share.setdefault(name, []).append(share)
 

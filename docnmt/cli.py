@@ -328,9 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tsv: one line per sentence (document id, sentence number, log-probability, tokens, "
                         "NLL per token) and one per document (sentence '*'); jsonl: one object per document")
     p.add_argument("--cxmi", action="store_true",
-                   help="also score every sentence alone (a one-sentence document) and report how much the "
-                        "context raised its log-probability: CXMI in bits per token (tsv: columns logprob_alone "
-                        "and cxmi_bits; jsonl: the same fields; the summary gives the total)")
+                   help="also how much the context raises each sentence's log-probability: its word pieces "
+                        "scored in context and alone (a one-sentence document); CXMI in bits per word piece "
+                        "(tsv: columns word_pieces, logprob_words, logprob_words_alone, cxmi_bits; jsonl: the "
+                        "same fields; the summary gives the total)")
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
@@ -422,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tcp", metavar="PDC_DIR", help="also TCP against this PDC test directory")
     p.add_argument("--comet-model", help="also COMET with this local checkpoint")
     p.add_argument("--cxmi", action="store_true",
-                   help="also how much each model uses its context: CXMI in bits per reference token "
+                   help="also how much each model uses its context: CXMI in bits per reference word piece "
                         "(as docnmt score --cxmi; model directories only)")
     p.add_argument("--bootstrap-samples", type=positive_int, default=1000, metavar="N",
                    help="bootstrap resamples of the paired significance tests")
@@ -743,38 +744,31 @@ def cmd_score(args) -> int:
                               f"{len(b)} in {args.ref}")
         a.tgt = b
     translator = Translator.load(args.model, args.checkpoint, args.device)
-    if args.cxmi:
-        usage = context_usage(translator, src, progress=not args.quiet, origin=args.ref)
-        scores = [[(lp, k) for lp, _, k in doc] for doc in usage["documents"]]
-        alone = [[a for _, a, _ in doc] for doc in usage["documents"]]
-    else:
-        scores = document_logprobs(translator, src, progress=not args.quiet, origin=args.ref)
-        alone = None
+    scores = document_logprobs(translator, src, progress=not args.quiet, origin=args.ref)
+    # --cxmi: the word pieces' log-probability in context and alone, (with, alone, pieces) per sentence
+    words = context_usage(translator, src, progress=not args.quiet, origin=args.ref) if args.cxmi else None
     nll = lambda lp, n: -lp / max(n, 1)  # noqa: E731
     bits = lambda gain, n: gain / max(n, 1) / math.log(2)  # noqa: E731
     lines = []
     if args.output_format == "tsv":
         lines.append("document\tsentence\tlogprob\ttokens\tnll_per_token"
-                     + ("\tlogprob_alone\tcxmi_bits" if alone else ""))
+                     + ("\tword_pieces\tlogprob_words\tlogprob_words_alone\tcxmi_bits" if words else ""))
     for d, (doc, per_sent) in enumerate(zip(src, scores)):
         lp, n = sum(x for x, _ in per_sent), sum(k for _, k in per_sent)
-        sent_alone = alone[d] if alone else [None] * len(per_sent)
-        doc_alone = sum(sent_alone) if alone else None
+        per_words = words["documents"][d] if words else [None] * len(per_sent)
+        doc_words = tuple(map(sum, zip(*per_words))) if words else None
+        cx = lambda w: {"word_pieces": w[2], "logprob_words": w[0], "logprob_words_alone": w[1],  # noqa: E731
+                        "cxmi_bits": bits(w[0] - w[1], w[2])} if w else {}
         if args.output_format == "jsonl":
-            row = {"id": doc.docid, "logprob": lp, "tokens": n, "nll_per_token": nll(lp, n), "sentences": []}
-            if alone:
-                row.update(logprob_alone=doc_alone, cxmi_bits=bits(lp - doc_alone, n))
-            for (x, k), a in zip(per_sent, sent_alone):
-                sent = {"logprob": x, "tokens": k, "nll_per_token": nll(x, k)}
-                if a is not None:
-                    sent.update(logprob_alone=a, cxmi_bits=bits(x - a, k))
-                row["sentences"].append(sent)
-            lines.append(json.dumps(row, ensure_ascii=False))
+            lines.append(json.dumps({"id": doc.docid, "logprob": lp, "tokens": n, "nll_per_token": nll(lp, n),
+                                     **cx(doc_words), "sentences": [
+                                         {"logprob": x, "tokens": k, "nll_per_token": nll(x, k), **cx(w)}
+                                         for (x, k), w in zip(per_sent, per_words)]}, ensure_ascii=False))
             continue
-        cells = lambda x, k, a: f"\t{x:.4f}\t{k}\t{nll(x, k):.4f}" + (  # noqa: E731
-            "" if a is None else f"\t{a:.4f}\t{bits(x - a, k):.4f}")
-        lines += [f"{doc.docid}\t{i}" + cells(x, k, a) for i, ((x, k), a) in enumerate(zip(per_sent, sent_alone), 1)]
-        lines.append(f"{doc.docid}\t*" + cells(lp, n, doc_alone))
+        cells = lambda x, k, w: f"\t{x:.4f}\t{k}\t{nll(x, k):.4f}" + (  # noqa: E731
+            f"\t{w[2]}\t{w[0]:.4f}\t{w[1]:.4f}\t{bits(w[0] - w[1], w[2]):.4f}" if w else "")
+        lines += [f"{doc.docid}\t{i}" + cells(x, k, w) for i, ((x, k), w) in enumerate(zip(per_sent, per_words), 1)]
+        lines.append(f"{doc.docid}\t*" + cells(lp, n, doc_words))
     text = "\n".join(lines) + "\n"
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -786,10 +780,10 @@ def cmd_score(args) -> int:
         print(f"{sum(map(len, scores))} sentences, {tokens} target tokens: NLL {nll(total, tokens):.4f} nats/token "
               f"({nll(total, tokens) / math.log(2):.4f} bits), perplexity {math.exp(nll(total, tokens)):.2f}",
               file=sys.stderr)
-        if alone:
-            by_pos = ", ".join(f"{p}: {v:+.4f}" for p, v in usage["cxmi_by_position"].items())
-            print(f"CXMI {usage['cxmi_bits_per_token']:+.4f} bits/token (the context made "
-                  f"{100 * usage['sentences_more_likely_with_context']:.1f}% of the reference sentences more likely; "
+        if words:
+            by_pos = ", ".join(f"{p}: {v:+.4f}" for p, v in words["cxmi_by_position"].items())
+            print(f"CXMI {words['cxmi_bits_per_token']:+.4f} bits per word piece (the context made "
+                  f"{100 * words['sentences_more_likely_with_context']:.1f}% of the reference sentences more likely; "
                   f"by sentence position {by_pos})", file=sys.stderr)
     return 0
 

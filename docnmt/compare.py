@@ -182,7 +182,7 @@ def _cxmi(sysm: System, src_docs, refs, progress, log) -> dict:
     from .translate import Translator
     docs = [Document(d.docid, d.src, r) for d, r in zip(src_docs, refs)]
     usage = context_usage(Translator.load(sysm.path), docs, progress=progress)
-    log(f"{sysm.name}: CXMI {usage['cxmi_bits_per_token']:+.4f} bits/token")
+    log(f"{sysm.name}: CXMI {usage['cxmi_bits_per_token']:+.4f} bits per word piece")
     return {k: usage[k] for k in ("cxmi_bits_per_token", "sentences_more_likely_with_context", "cxmi_by_position")}
 
 
@@ -247,6 +247,6 @@ def markdown(header: list[str], rows: list[list[str]], result: dict) -> str:
               "Suite accuracy counts ties as errors; Δ acc. is in points against the baseline, "
               "with the two-sided p of an exact McNemar test on the same examples."
               + (" CXMI: how much the context raises the references' log-probability, in bits per "
-                 "token (0 for a sentence model; models only)." if any(s.get("cxmi") for s in
+                 "word piece (0 for a sentence model; models only)." if any(s.get("cxmi") for s in
                                                                    result["systems"].values()) else "")]
     return "\n".join(lines) + "\n"

@@ -117,14 +117,15 @@ def sentence_logprobs(translator, docs: list[Document], max_context: int | None 
 
 def document_logprobs(translator, docs: list[Document], progress: bool = False,
                       max_tokens: int | None = None, origin: str = "reference",
-                      document_end: bool = True) -> list[list[tuple[float, int]]]:
+                      words_only: bool = False) -> list[list[tuple[float, int]]]:
     """``(Σ log p, tokens)`` of every target sentence of every document, teacher-forced in the
     model's own input format: the instances translation decodes (Doc2Doc splits, Doc2Sent and
     pseudo-document context, the context encoder's input), each target sentence counted with its
     separator or end token. A sentence that is the context of later instances (pseudo-documents,
     forced as a prefix there) is scored in the instance where it is the one generated.
-    ``document_end=False`` leaves out the tokens a format adds after an instance's last sentence
-    and its own end token (G-Transformer's EOD), so a sentence has the same tokens wherever it stands."""
+    ``words_only`` counts a sentence's word pieces only, never a format's own tokens (separators,
+    ``<s>``, ``</s>``, G-Transformer's EOD), so a sentence has the same tokens in every format and
+    wherever it stands in its document."""
     if any(d.tgt is None or len(d.tgt) != len(d.src) for d in docs):
         raise DataError("every scored document needs as many target as source sentences", origin)
     corpus = Corpus.encode(docs, translator.vocab, max_sentence_tokens=translator.cfg.model.max_positions - 2,
@@ -137,33 +138,41 @@ def document_logprobs(translator, docs: list[Document], progress: bool = False,
         for i in range(t, b - 1):
             owner.setdefault(i, r)                    # else the first holding it
     first = InstanceSet(corpus, rows, translator.joiner).tfirst
-    joiner, pad = translator.joiner, translator.vocab.pad
+    joiner, vocab = translator.joiner, translator.vocab
+    lo, hi = vocab.word_ids
+    not_words = torch.tensor([vocab.pad, vocab.bos, vocab.eos])
     out: list[tuple[float, int]] = [(0.0, 0)] * corpus.n_sents
     for idx, batch, lp, _ in teacher_forced(translator, corpus, rows, max_tokens=max_tokens, progress=progress):
-        lp, n_labels = lp.double().cpu(), batch["labels"].ne(pad).sum(1).tolist()
+        labels = batch["labels"].cpu()
+        counted = labels.ne(vocab.pad)
+        if words_only:
+            counted = (labels.ge(lo) & labels.lt(hi) & ~torch.isin(labels, not_words)) | labels.eq(vocab.unk)
+        lp, n_labels = (lp.double().cpu() * counted), labels.ne(vocab.pad).sum(1).tolist()
         for pos, k in enumerate(idx):
             _, b, t = (int(x) for x in rows[k])
             tgt = [corpus.tgt[i] for i in range(t, b)]
-            end = n_labels[pos] if document_end else min(n_labels[pos], len(joiner.prefix(tgt, int(first[k]))))
-            bounds = [len(joiner.prefix(tgt[:j], int(first[k]))) for j in range(b - t)] + [end]
+            bounds = [len(joiner.prefix(tgt[:j], int(first[k]))) for j in range(b - t)] + [n_labels[pos]]
             for j in range(b - t):
                 if owner[t + j] == k:
-                    out[t + j] = (float(lp[pos, bounds[j]: bounds[j + 1]].sum()), bounds[j + 1] - bounds[j])
+                    span = slice(bounds[j], bounds[j + 1])
+                    out[t + j] = (float(lp[pos, span].sum()), int(counted[pos, span].sum()))
     return [[out[i] for i in corpus.doc_range(d)] for d in range(corpus.n_docs)]
 
 
 def context_usage(translator, docs: list[Document], progress: bool = False,
                   max_tokens: int | None = None, origin: str = "reference") -> dict:
     """How much the model uses its context: conditional cross-mutual information (CXMI,
-    docs/methods/discourse.md#context-usage-cxmi), the mean over reference target tokens of
-    log2 p(y | sentence, context) - log2 p(y | sentence alone). Each reference sentence is scored
-    twice by :func:`document_logprobs`: in its document, and as a one-sentence document of its
-    own (the same model, so no context at all), each over its own tokens (a format's
-    document-end token left out both ways). 0 for a sentence model; positive when the
+    docs/methods/discourse.md#context-usage-cxmi), the mean over the word pieces of the
+    references of log2 p(y | sentence, context) - log2 p(y | sentence alone). Each reference
+    sentence is scored twice by :func:`document_logprobs`: in its document, and as a
+    one-sentence document of its own (the same model, so no context at all), both over its word
+    pieces only (``words_only``: a format's separators, ``<s>``, ``</s>`` and EOD differ with the
+    sentence's place and are left out both ways). 0 for a sentence model; positive when the
     context makes the references more likely. Returns the totals, the share of sentences the
-    context made more likely, the CXMI by sentence position in the document (1, 2, 3, 4+), and
-    per document the ``(with, alone, tokens)`` triple of every sentence."""
-    kw = dict(progress=progress, max_tokens=max_tokens, origin=origin, document_end=False)
+    context made more likely (a sentence whose score does not change counts as not), the CXMI
+    by sentence position in the document (1, 2, 3, 4+), and per document the
+    ``(with, alone, word pieces)`` triple of every sentence."""
+    kw = dict(progress=progress, max_tokens=max_tokens, origin=origin, words_only=True)
     with_ctx = document_logprobs(translator, docs, **kw)
     alone_docs = [Document(f"{d.docid}#{i}", [s], [t]) for d in docs for i, (s, t) in enumerate(zip(d.src, d.tgt))]
     flat = iter(document_logprobs(translator, alone_docs, **kw))
@@ -173,8 +182,8 @@ def context_usage(translator, docs: list[Document], progress: bool = False,
         sents = []
         for i, (lp, k) in enumerate(d):
             alone, k_alone = next(flat)[0]
-            if k_alone != k:   # the same reference tokens either way, or the difference means nothing
-                raise DataError(f"document {d_i + 1}, sentence {i + 1}: {k} target tokens in context, "
+            if k_alone != k:   # the same word pieces either way, or the difference means nothing
+                raise DataError(f"document {d_i + 1}, sentence {i + 1}: {k} target word pieces in context, "
                                 f"{k_alone} alone", origin)
             sents.append((lp, alone, k))
             gain, tokens, better, n = gain + lp - alone, tokens + k, better + (lp > alone), n + 1

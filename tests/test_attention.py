@@ -134,11 +134,18 @@ def test_attention_probe_context_share_is_the_weight_on_other_sentences():
     with AttentionProbe() as blind:
         attn["enc.0.self"](x, x, AttnSpec())
     assert blind.context_share == {} and set(blind.entropy) == {"enc.0.self"}
-    # a query in no sentence (G-Transformer's leading EOD, id -1) is left out of the share
+    # a query in no sentence (G-Transformer's leading EOD, id -1) is left out of the share, and
+    # the weight on that key is no one's context (a one-sentence decoder input shares nothing)
     with AttentionProbe({"src": src_ids, "tgt_in": torch.tensor([[-1, 0, 0, 1, 1]])}) as start:
         attn["dec.0.cross.global"](x, x, AttnSpec())
+        attn["dec.0.self"](x, x, AttnSpec(is_causal=True))
     row = start.context_share["dec.0.cross.global"][0]
     assert row[0, 0].isnan() and row[0, 1:].tolist() == pytest.approx([3 / 5, 3 / 5, 2 / 5, 2 / 5])
+    row = start.context_share["dec.0.self"][0]          # causal: query i sees keys 0..i, key 0 is EOD
+    assert row[0, 0].isnan() and row[0, 1:].tolist() == pytest.approx([0, 0, 2 / 4, 2 / 5])
+    with AttentionProbe({"src": src_ids, "tgt_in": torch.tensor([[-1, 0, 0, 0, 0]])}) as one:
+        attn["dec.0.self"](x, x, AttnSpec(is_causal=True))
+    assert one.context_share["dec.0.self"][0][0, 1:].tolist() == [0, 0, 0, 0]
     meter = EntropyMeter()
     meter.add(start, {"src": torch.tensor([[5, 6, 7, 8, 9]]), "tgt_in": torch.tensor([[5, 6, 7, 8, 9]])}, 0)
     assert meter.result("context_share")["cross_global"] == pytest.approx(0.5)

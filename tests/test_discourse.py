@@ -346,6 +346,22 @@ def test_attention_on_other_sentences(tiny_dir, tiny_model, name):
         assert share["dec_self"] == 0       # one target sentence
 
 
+def test_group_format_sentence_model_puts_no_weight_on_other_sentences(tiny_dir):
+    """A sentence model in G-Transformer's group format (its sentence-level pretraining: decoder
+    input ``EOD <s> y </s>``) has one sentence per instance: the decoder's start token EOD is in no
+    sentence, and the weight on it is no one's context, so every share is 0."""
+    from _tiny import tiny_config
+    from docnmt.methods import build_model
+    from docnmt.scoring import attention_entropy
+    from docnmt.vocab import Vocab
+    cfg, vocab = tiny_config("sent2sent").override({"data.separator": "group"}), Vocab.load(tiny_dir / "data")
+    torch.manual_seed(0)
+    tr = Translator(build_model(cfg, vocab), vocab, cfg)
+    doc = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")[0]
+    res = attention_entropy(tr, [Document(doc.docid, doc.src[:3], doc.tgt[:3])])
+    assert res["instances"] == 3 and res["context_share"] == {"cross": 0.0, "dec_self": 0.0, "enc_self": 0.0}
+
+
 @pytest.mark.slow
 def test_compare_two_models_and_a_file(tiny_dir, tiny_model, run_cli, tmp_path):
     raw = tiny_dir / "raw/ted"

@@ -5,7 +5,9 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
+from docnmt.data import Corpus
 from docnmt.document import Document
 from docnmt.readers import read_documents
 from docnmt.scoring import context_usage, document_logprobs, sentence_logprobs
@@ -34,19 +36,54 @@ def test_each_sentence_scored_once_in_its_own_instance(tiny_dir, tiny_model, nam
         assert all(o[k] == pytest.approx(s[k], abs=1e-4) for o, s in zip(other, scores) for k in (0, 2, 3))
 
 
+@pytest.mark.parametrize("mode, over", [
+    ("doc2sent", {"data.context": 2}), ("doc2doc", {"data.max_instance_tokens": 120}),
+    ("doc2doc", {"method.name": "gtransformer", "data.separator": "group", "data.max_instance_tokens": 120}),
+    ("pseudodoc", {"method.name": "docflat", "data.separator": "global_index", "data.context": 2,
+                   "data.batch_order": "ordered"})])
+def test_probe_numbers_target_sentences_as_the_source_sentences_they_translate(tiny_dir, mode, over):
+    """The sentences the attention probe is given: source sentences a..b-1 of an instance are
+    0..b-a-1, and target sentence t+j is t-a+j, the number of the source sentence it translates
+    (Doc2Sent's one target sentence is its source's last); G-Transformer's start token EOD is -1."""
+    from _tiny import tiny_config
+    from docnmt.data import build_instances
+    from docnmt.methods import build_model
+    from docnmt.scoring import teacher_forced
+    from docnmt.vocab import Vocab
+    cfg, vocab = tiny_config(mode).override(over), Vocab.load(tiny_dir / "data")
+    torch.manual_seed(0)
+    tr = Translator(build_model(cfg, vocab), vocab, cfg)
+    doc = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")[0]
+    corpus = Corpus.encode([Document(doc.docid, doc.src[:8], doc.tgt[:8])], vocab)
+    rows = build_instances(corpus, cfg.data, training=False)
+    seen = 0
+    for idx, batch, _, probe in teacher_forced(tr, corpus, rows, probe=True):
+        for i, k in enumerate(idx):
+            a, b, t = (int(x) for x in rows[k])
+            src = probe.sentences["src"][i][batch["src"][i].ne(vocab.pad)]
+            tgt = probe.sentences["tgt_in"][i][batch["tgt_in"][i].ne(vocab.pad)]
+            assert set(src.tolist()) == set(range(b - a))
+            assert set(tgt.tolist()) - {-1} == set(range(t - a, b - a)), (rows[k], tgt.tolist())
+            assert (tgt[0] == -1) == (over.get("data.separator") == "group")
+            seen += t > a or b - a > 1
+    assert seen                                   # some instance had several sentences
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_context_usage_is_zero_without_context_and_measured_with_it(tiny_dir, tiny_model, name):
     """CXMI: a sentence model's scores are the same alone (0 for every sentence); a model
     without context for a document's first sentence (Doc2Sent, the context encoder) scores it
     the same alone, and every document model's scores move somewhere; the totals are the
-    per-sentence triples summed."""
+    per-sentence triples summed; every format counts a sentence's word pieces, nothing else."""
     tr = Translator.load(tiny_model(name), device="cpu")
     docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
     short = [Document(f"{k}", d.src[:4], d.tgt[:4]) for k, d in enumerate(docs[:3])]
     usage = context_usage(tr, short)
     triples = [t for doc in usage["documents"] for t in doc]
     assert [len(d) for d in usage["documents"]] == [4, 4, 4] and usage["sentences"] == 12
+    pieces = Corpus.encode(short, tr.vocab).tgt
+    assert [k for _, _, k in triples] == [len(pieces[i]) for i in range(12)]
     gaps = np.array([w - a for w, a, _ in triples])
     assert usage["tokens"] == sum(k for _, _, k in triples)
     assert usage["cxmi_bits_per_token"] == pytest.approx(gaps.sum() / usage["tokens"] / np.log(2))
@@ -72,19 +109,22 @@ def test_score_cxmi_columns_and_summary(tiny_dir, tiny_model, run_cli, tmp_path)
     status2, out, err = run_cli(*args, "--cxmi")
     assert status == status2 == 0
     rows = [line.split("\t") for line in out.splitlines()]
-    assert rows[0][-2:] == ["logprob_alone", "cxmi_bits"]
+    assert rows[0][-4:] == ["word_pieces", "logprob_words", "logprob_words_alone", "cxmi_bits"]
     assert [r[:5] for r in rows[1:]] == [line.split("\t") for line in plain.splitlines()[1:]]
     for r in rows[1:]:
-        logprob, tokens, alone, cxmi = float(r[2]), int(r[3]), float(r[5]), float(r[6])
-        assert cxmi == pytest.approx((logprob - alone) / tokens / np.log(2), abs=2e-4)
-    assert all(float(r[6]) == pytest.approx(0, abs=1e-3) for r in rows[1:] if r[1] == "1")
-    assert any(abs(float(r[6])) > 1e-3 for r in rows[1:] if r[1] not in ("1", "*"))
-    assert "CXMI" in err and "bits/token" in err
+        tokens, pieces, words, alone, cxmi = int(r[3]), int(r[5]), float(r[6]), float(r[7]), float(r[8])
+        assert cxmi == pytest.approx((words - alone) / pieces / np.log(2), abs=2e-4)
+        if r[1] != "*":       # a Doc2Sent target: its word pieces and </s>
+            assert pieces == tokens - 1 and words > float(r[2])
+    assert all(float(r[8]) == pytest.approx(0, abs=1e-3) for r in rows[1:] if r[1] == "1")
+    assert any(abs(float(r[8])) > 1e-3 for r in rows[1:] if r[1] not in ("1", "*"))
+    assert "CXMI" in err and "bits per word piece" in err
     status, _, _ = run_cli(*args, "--cxmi", "--output-format", "jsonl", "-o", str(tmp_path / "s.jsonl"), "-q")
     objs = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     doc_rows = [r for r in rows[1:] if r[1] == "*"]
-    assert status == 0 and objs[0]["cxmi_bits"] == pytest.approx(float(doc_rows[0][6]), abs=1e-3)
-    assert objs[0]["sentences"][0]["logprob_alone"] == pytest.approx(float(rows[1][5]), abs=1e-3)
+    assert status == 0 and objs[0]["cxmi_bits"] == pytest.approx(float(doc_rows[0][8]), abs=1e-3)
+    assert objs[0]["sentences"][0]["logprob_words_alone"] == pytest.approx(float(rows[1][7]), abs=1e-3)
+    assert objs[0]["word_pieces"] == int(doc_rows[0][5])
 
 
 @pytest.mark.slow
