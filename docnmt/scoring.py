@@ -139,14 +139,12 @@ def document_logprobs(translator, docs: list[Document], progress: bool = False,
             owner.setdefault(i, r)                    # else the first holding it
     first = InstanceSet(corpus, rows, translator.joiner).tfirst
     joiner, vocab = translator.joiner, translator.vocab
-    lo, hi = vocab.word_ids
-    not_words = torch.tensor([vocab.pad, vocab.bos, vocab.eos])
     out: list[tuple[float, int]] = [(0.0, 0)] * corpus.n_sents
     for idx, batch, lp, _ in teacher_forced(translator, corpus, rows, max_tokens=max_tokens, progress=progress):
         labels = batch["labels"].cpu()
         counted = labels.ne(vocab.pad)
         if words_only:
-            counted = (labels.ge(lo) & labels.lt(hi) & ~torch.isin(labels, not_words)) | labels.eq(vocab.unk)
+            counted = vocab.word_mask(labels) | labels.eq(vocab.unk)     # an unknown word is a word
         lp, n_labels = (lp.double().cpu() * counted), labels.ne(vocab.pad).sum(1).tolist()
         for pos, k in enumerate(idx):
             _, b, t = (int(x) for x in rows[k])

@@ -17,11 +17,14 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import sentencepiece as spm
 
 from .errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    import torch
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 DEFAULT_MAX_SEP = 512
@@ -97,6 +100,15 @@ class BaseVocab:
     def word_ids(self) -> tuple[int, int]:
         """The ids of the backend's ordinary pieces: ``range(*word_ids)``."""
         return EOS + 1, self.n_pieces
+
+    def word_mask(self, ids: "torch.Tensor") -> "torch.Tensor":
+        """True where ``ids`` holds an ordinary word piece: in the backend's piece range and none of
+        pad, unk, ``<s>``, ``</s>`` (a pretrained vocabulary's range may include them), never a
+        docnmt symbol (separators, EOD, ``<mask>``)."""
+        import torch
+        lo, hi = self.word_ids
+        specials = torch.tensor([self.pad, self.unk, self.bos, self.eos], device=ids.device)
+        return (ids >= lo) & (ids < hi) & ~torch.isin(ids, specials)
 
     def id(self, symbol: str) -> int:
         if symbol in self.symbol_ids:

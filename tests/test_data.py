@@ -561,8 +561,9 @@ def test_word_dropout_follows_the_vocabularys_own_piece_range():
     """A pretrained (e.g. Marian) vocabulary has ordinary pieces from id 2 and its pad among the
     pieces: word dropout reaches ids 2 and 3 and never drops the pad, wherever it sits."""
     from docnmt.data import word_dropout
+    from docnmt.vocab import BaseVocab
 
-    class Marian:
+    class Marian(BaseVocab):
         word_ids = (2, 50)
         pad, unk, bos, eos = 49, 1, 51, 0
 
@@ -570,7 +571,7 @@ def test_word_dropout_follows_the_vocabularys_own_piece_range():
             return 52
 
     x = torch.tensor([[2, 3, 2, 3, 49, 49, 0, 1, 51, 10] * 20])
-    out = word_dropout({"src": x}, 0.5, Marian(), (1, 1, 0, 0))["src"]
+    out = word_dropout({"src": x}, 0.5, Marian(50, []), (1, 1, 0, 0))["src"]
     dropped = out == 52
     assert dropped[x == 2].any() and dropped[x == 3].any() and dropped[x == 10].any()
     assert not dropped[(x == 49) | (x == 0) | (x == 1) | (x == 51)].any()

@@ -91,10 +91,7 @@ def word_dropout(batch: dict, p: float, vocab: Vocab, seed: tuple[int, ...]) -> 
     for key in ("src", "tgt_in"):
         if key in batch:
             x = batch[key]
-            lo, hi = vocab.word_ids                  # a pretrained vocabulary's pieces may start below 4
-            specials = torch.tensor([vocab.pad, vocab.unk, vocab.bos, vocab.eos])
-            eligible = (x >= lo) & (x < hi) & ~torch.isin(x, specials)
-            drop = torch.from_numpy(rng.random(tuple(x.shape)) < p) & eligible
+            drop = torch.from_numpy(rng.random(tuple(x.shape)) < p) & vocab.word_mask(x)
             out[key] = x.masked_fill(drop, vocab.id("<mask>"))
     return out
 
