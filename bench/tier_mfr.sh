@@ -16,9 +16,12 @@
 #            (bench/tier_mfr_context.py) beside the attention entropies of the last validation.
 # Each stage-2 system is scored as soon as it is trained (the control first). Everything resumes:
 # run it again after any interruption (runs/ holds checkpoints every 200 updates); finished steps
-# are skipped. Each run's config, metrics, learning curve, scores and
-# coverage are kept in bench/results/tier_mfr/<run>/ (bench/tier_mfr_keep.py), the weights of the
-# control, G-Transformer and the best other document model as fp16 safetensors there too.
+# are skipped. Each run's config, metrics, learning curve, scores, coverage, validation translation
+# and per-example suite scores are kept in bench/results/tier_mfr/<run>/ (bench/tier_mfr_keep.py),
+# the weights of the control, G-Transformer and the best other document model as fp16
+# safetensors there too, and stage 1's weights (fp32) that every stage-2 run starts from. If runs/
+# is lost (a fresh checkout), the queue goes on from what was kept: stage 2 from the kept stage-1
+# weights, skipping every run already scored.
 # Usage (from anywhere):   (nohup setsid bash bench/tier_mfr.sh > runs/tier_mfr/queue.log 2>&1 &)
 #   ONLY="control gt"   restrict stage 2 / scoring to these runs;  TRAIN_ONLY=1  skip decoding/scoring
 #   --dry-run           the whole queue on a few Hansard documents with 20 + 10 updates, in
@@ -36,10 +39,16 @@ step() { echo "== $(date '+%F %T') $*"; "$@"; }
 
 python -c "import sys; sys.path.insert(0, 'bench'); import common; common.tier_mfr_data('$DATA', enfr=$ENFR)"
 COMMON=(--save-interval-updates 200 --set train.validate_interval_updates=500 --no-progress)
-step docnmt train "$DATA" --arch sent2sent_small --max-update $STAGE1 --save-dir "$R/stage1" "${COMMON[@]}"
-python bench/tier_mfr_keep.py "$R/stage1" "$KEEP/stage1"
+# stage 1's weights are kept (fp32, as trained) and every stage-2 run starts from that copy, so a
+# lost runs/ (a fresh checkout) costs only what was not kept yet
+if [ -f "$KEEP/stage1/model.safetensors" ] && [ ! -f "$R/stage1/config.yaml" ]; then
+  echo "== stage 1: not in $R; stage 2 starts from the weights kept in $KEEP/stage1"
+else
+  step docnmt train "$DATA" --arch sent2sent_small --max-update $STAGE1 --save-dir "$R/stage1" "${COMMON[@]}"
+  python bench/tier_mfr_keep.py --weights --fp32 "$R/stage1" "$KEEP/stage1"
+fi
 
-FT=(--init-from "$R/stage1" --max-update $STAGE2 --lr 4e-4 --warmup-updates 200 "${COMMON[@]}")
+FT=(--init-from "$KEEP/stage1" --max-update $STAGE2 --lr 4e-4 --warmup-updates 200 "${COMMON[@]}")
 declare -A ARCH=(
   [control]="--arch sent2sent_small"
   [gt]="--arch g_transformer_finetune_small"
@@ -73,14 +82,17 @@ score() {   # translate and score one trained run (the control's first: the othe
 
 # each run is scored as soon as it is trained, so results arrive one system at a time
 for name in $RUNS; do
+  # a run scored and kept before runs/ was lost: put back what later runs are compared with, go on
+  if [ ! -f "$R/$name/config.yaml" ] && python bench/tier_mfr_keep.py --restore "$KEEP/$name" "$R/$name"; then
+    continue
+  fi
   # shellcheck disable=SC2086
   step docnmt train "$DATA" ${ARCH[$name]} --save-dir "$R/$name" "${FT[@]}"
-  python bench/tier_mfr_keep.py "$R/$name" "$KEEP/$name"
+  weights=(); case $name in control|gt) weights=(--weights);; esac    # kept at once: published weights
+  python bench/tier_mfr_keep.py "${weights[@]}" "$R/$name" "$KEEP/$name"
   if [ "${TRAIN_ONLY:-0}" != 1 ]; then score "$name"; fi    # (not `|| score`: set -e must hold inside)
 done
 [ "${TRAIN_ONLY:-0}" = 1 ] && exit 0
-python bench/tier_mfr_keep.py --weights "$R/control" "$KEEP/control"
-python bench/tier_mfr_keep.py --weights "$R/gt" "$KEEP/gt"
 best=$(python bench/tier_mfr_table.py --best-other "$KEEP")
 [ -n "$best" ] && python bench/tier_mfr_keep.py --weights "$R/$best" "$KEEP/$best"
 python bench/tier_mfr_table.py "$KEEP" | tee "$KEEP/table.md"

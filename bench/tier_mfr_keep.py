@@ -1,20 +1,31 @@
 """Keep what a Tier M-fr run produced in the repository (runs/ is not tracked and a fresh
-checkout has none): config.yaml, metrics.jsonl, learning_curve.png, the training time, and every
-score file (valid.json, valid.coverage.json, the suites' reports). With --weights also the final
-weights as fp16 safetensors plus the vocabulary, so ``docnmt translate KEPT_DIR`` works.
+checkout has none): config.yaml, metrics.jsonl, learning_curve.png, the training time, every
+score file (valid.json, valid.coverage.json, valid.cxmi.json, the suites' reports), the validation
+translation (valid.fr.gz) and the suites' per-example scores (*.scores.jsonl), so every test
+against the control can be recomputed. With --weights also the final weights as fp16 safetensors
+plus the vocabulary, so ``docnmt translate KEPT_DIR`` works (--fp32: the weights as trained).
 
-    python bench/tier_mfr_keep.py [--weights] RUN_DIR KEPT_DIR
+    python bench/tier_mfr_keep.py [--weights [--fp32]] RUN_DIR KEPT_DIR
+    python bench/tier_mfr_keep.py --restore KEPT_DIR RUN_DIR
+
+--restore is for a queue whose runs/ was lost: when KEPT_DIR holds a fully scored run it puts the
+files later runs are compared with (valid.fr, the suites' scores) back into RUN_DIR and exits 0;
+otherwise it exits 1 (the run must be trained again).
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shutil
+import sys
 from datetime import datetime
 from pathlib import Path
 
-FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png", "valid.json",
-         "valid.coverage.json", "valid.cxmi.json", "anaphora.json", "lexical-choice.json", "scat_yin2021_enfr.json")
+SUITES = ("anaphora", "lexical-choice", "scat_yin2021_enfr")
+SCORES = tuple(f"{s}.json" for s in SUITES) + ("valid.json", "valid.coverage.json", "valid.cxmi.json")
+COMPARED = tuple(f"{s}.scores.jsonl" for s in SUITES)   # what the next runs are tested against
+FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png") + SCORES + COMPARED
 
 
 def training_time(log: Path, max_gap: float = 1800.0) -> dict:
@@ -41,26 +52,48 @@ def training_time(log: Path, max_gap: float = 1800.0) -> dict:
     return {"seconds": seconds, "restarts_or_pauses": restarts, "last_update": prev[1] if prev else 0}
 
 
-def keep(run: Path, dest: Path, weights: bool) -> None:
+def keep(run: Path, dest: Path, weights: bool, fp32: bool = False) -> None:
     if not (run / "config.yaml").exists():
-        print(f"keep: {run} has no run yet")
+        restored = (run / "valid.fr").exists()
+        print(f"keep: {run} has no run" + (" (restored from its kept results: to keep its weights, remove it "
+                                           "and run the queue again with ONLY=<run>)" if restored else " yet"))
         return
     dest.mkdir(parents=True, exist_ok=True)
     for name in FILES:
         if (run / name).exists():
             shutil.copy2(run / name, dest / name)
+    if (run / "valid.fr").exists():
+        with open(run / "valid.fr", "rb") as f, gzip.GzipFile(dest / "valid.fr.gz", "wb", mtime=0) as g:
+            shutil.copyfileobj(f, g)
     if (run / "train.log").exists():
         (dest / "training_time.json").write_text(json.dumps(training_time(run / "train.log"), indent=1))
     if weights:
         import torch
         from safetensors.torch import load_file, save_file
         state = load_file(str(run / "model.safetensors"))
-        save_file({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in state.items()},
+        dtype = torch.float32 if fp32 else torch.float16
+        save_file({k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()},
                   str(dest / "model.safetensors"))
         for name in ("spm.model", "vocab.json", "bpe.codes", "bpe.vocab.json"):
             if (run / name).exists():
                 shutil.copy2(run / name, dest / name)
-    print(f"kept {run} in {dest}" + (" (with fp16 weights)" if weights else ""))
+    print(f"kept {run} in {dest}" + (f" (with {'fp32' if fp32 else 'fp16'} weights)" if weights else ""))
+
+
+def restore(kept: Path, run: Path) -> bool:
+    """Put a fully scored kept run's translation and suite scores back into ``run`` (which must
+    not hold a run: a trained run is never touched). False if ``kept`` is not fully scored."""
+    if (run / "config.yaml").exists():
+        raise SystemExit(f"restore: {run} holds a run; nothing restored")
+    if not all((kept / n).exists() for n in SCORES + COMPARED + ("valid.fr.gz",)):
+        return False
+    run.mkdir(parents=True, exist_ok=True)
+    for name in COMPARED:
+        shutil.copy2(kept / name, run / name)
+    with gzip.open(kept / "valid.fr.gz", "rb") as g, open(run / "valid.fr", "wb") as f:
+        shutil.copyfileobj(g, f)
+    print(f"restored {run}'s translation and suite scores from {kept}")
+    return True
 
 
 def main() -> None:
@@ -68,8 +101,12 @@ def main() -> None:
     ap.add_argument("run", type=Path)
     ap.add_argument("dest", type=Path)
     ap.add_argument("--weights", action="store_true", help="also the final weights (fp16) and the vocabulary")
+    ap.add_argument("--fp32", action="store_true", help="with --weights: keep the weights in fp32, as trained")
+    ap.add_argument("--restore", action="store_true", help="the other way: KEPT_DIR RUN_DIR (see above)")
     a = ap.parse_args()
-    keep(a.run, a.dest, a.weights)
+    if a.restore:
+        sys.exit(0 if restore(a.run, a.dest) else 1)
+    keep(a.run, a.dest, a.weights, a.fp32)
 
 
 if __name__ == "__main__":

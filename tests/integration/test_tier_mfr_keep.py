@@ -1,0 +1,70 @@
+"""bench/tier_mfr_keep.py: what the Tier M-fr queue keeps in the repository is enough to go on
+after runs/ is lost (a fresh checkout): a scored run comes back with the files later runs are
+tested against, a run not fully scored does not, and weights are kept in the dtype asked for."""
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+ROOT = Path(__file__).resolve().parents[2]
+KEEP = ROOT / "bench/tier_mfr_keep.py"
+SUITES = ("anaphora", "lexical-choice", "scat_yin2021_enfr")
+
+
+def keep(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(KEEP), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def scored_run(d: Path, scored: bool = True) -> Path:
+    d.mkdir()
+    (d / "config.yaml").write_text("model: {}\n")
+    (d / "train.log").write_text('2026-01-01 00:00:00,000 INFO {"updates": 50, "loss": 3.0}\n'
+                                 '2026-01-01 00:01:40,000 INFO {"updates": 100, "loss": 2.0}\n')
+    (d / "vocab.json").write_text("{}")
+    save_file({"w": torch.tensor([1.0 + 2 ** -12, 2.0]), "step": torch.tensor([3])}, str(d / "model.safetensors"))
+    (d / "valid.fr").write_text("une phrase\nune autre\n")
+    names = ["valid.json", "valid.coverage.json"] + [f"{s}.json" for s in SUITES]
+    names += [f"{s}.scores.jsonl" for s in SUITES] + (["valid.cxmi.json"] if scored else [])
+    for n in names:
+        (d / n).write_text(f'{{"name": "{n}"}}\n')
+    return d
+
+
+def test_a_kept_scored_run_comes_back_with_what_later_runs_are_tested_against(tmp_path):
+    run, kept, lost = scored_run(tmp_path / "run"), tmp_path / "kept", tmp_path / "lost"
+    assert keep("--weights", run, kept).returncode == 0
+    assert gzip.open(kept / "valid.fr.gz", "rt").read() == "une phrase\nune autre\n"
+    assert load_file(str(kept / "model.safetensors"))["w"].dtype == torch.float16
+    assert load_file(str(kept / "model.safetensors"))["step"].dtype == torch.int64
+    assert '"seconds": 100.0' in (kept / "training_time.json").read_text()
+    proc = keep("--restore", kept, lost)
+    assert proc.returncode == 0, proc.stderr
+    assert (lost / "valid.fr").read_text() == "une phrase\nune autre\n"
+    for s in SUITES:
+        assert (lost / f"{s}.scores.jsonl").read_text() == (run / f"{s}.scores.jsonl").read_text()
+    assert not (lost / "config.yaml").exists()            # not a run: the queue does not resume it
+    assert "remove it" in keep("--weights", lost, tmp_path / "again").stdout
+
+
+def test_a_run_not_fully_scored_is_not_restored_and_a_trained_run_is_never_overwritten(tmp_path):
+    run, kept = scored_run(tmp_path / "run", scored=False), tmp_path / "kept"
+    keep(run, kept)
+    assert keep("--restore", kept, tmp_path / "lost").returncode == 1
+    assert not (tmp_path / "lost").exists()
+    full = scored_run(tmp_path / "full")
+    keep(full, tmp_path / "kept_full")
+    before = (run / "valid.fr").read_bytes()
+    assert keep("--restore", tmp_path / "kept_full", run).returncode != 0
+    assert (run / "valid.fr").read_bytes() == before
+
+
+def test_stage_one_weights_are_kept_as_trained(tmp_path):
+    run = scored_run(tmp_path / "run")
+    keep("--weights", "--fp32", run, tmp_path / "kept")
+    w = load_file(str(tmp_path / "kept/model.safetensors"))["w"]
+    assert w.dtype == torch.float32 and w[0].item() == 1.0 + 2 ** -12    # fp16 would round it to 1.0
