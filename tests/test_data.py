@@ -292,15 +292,20 @@ def test_split_recovery_rules_uniform(tiny_vocab, words, generated, n, expected,
 @pytest.mark.parametrize("separator", ["index", "uniform", "group", "global_index"])
 def test_sentence_ids_number_each_formats_sentences(tiny_vocab, separator):
     """Every token of a source and a decoder input is given the 0-based instance sentence it
-    belongs to (a separator opens the next sentence; G-Transformer's leading EOD is in none: -1)."""
+    belongs to (a separator opens the next sentence); a token of the whole instance is in none (-1):
+    G-Transformer's leading EOD, the separator formats' decoder start <s> and source end </s>."""
     joiner = make_joiner(tiny_vocab, separator)
     sents = [np.array([10, 11]), np.array([12]), np.array([13, 14, 15])]
-    for tokens in (joiner.source(sents, 3), joiner.decoder_io(sents, 3)[0]):
+    separated = separator in ("index", "uniform")
+    for side, tokens in (("src", joiner.source(sents, 3)), ("tgt_in", joiner.decoder_io(sents, 3)[0])):
         ids = joiner.sentence_ids(torch.as_tensor(tokens[None].astype(np.int64)))[0].tolist()
         words = {w: ids[i] for i, w in enumerate(tokens.tolist()) if w >= 10 and w <= 15}
         assert words == {10: 0, 11: 0, 12: 1, 13: 2, 14: 2, 15: 2}, (separator, tokens, ids)
-        assert ids == sorted(ids) and ids[-1] == 2
-        assert ids[0] == (-1 if separator == "group" and tokens[0] != tiny_vocab.bos else 0)
+        edge = len(ids) - 1 if side == "src" else 0          # the source's end, the decoder's start
+        in_none = [i for i, v in enumerate(ids) if v < 0]
+        assert in_none == ([edge] if separated else [0] if separator == "group" and side == "tgt_in" else [])
+        inner = [v for v in ids if v >= 0]
+        assert inner == sorted(inner) and inner[0] == 0 and inner[-1] == 2
 
 
 def test_group_format_is_g_transformers(tiny_vocab):

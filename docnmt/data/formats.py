@@ -46,7 +46,13 @@ class Joiner:
     def sentence_ids(self, tokens: torch.Tensor) -> torch.Tensor:
         """For a batch of source or decoder-input token ids (B, n), the 0-based index of the
         instance sentence each token belongs to: a separator opens the next sentence (so in the
-        decoder input the separator's position, which predicts the next sentence, is there too)."""
+        decoder input the separator's position, which predicts the next sentence, is there too).
+        The decoder's start ``<s>`` and the source's final ``</s>`` belong to the whole instance,
+        to no sentence (-1): attention parked on them is nobody's context."""
+        return self.separators_before(tokens).masked_fill(tokens.eq(self.vocab.bos) | tokens.eq(self.vocab.eos), -1)
+
+    def separators_before(self, tokens: torch.Tensor) -> torch.Tensor:
+        """How many separators each token of (B, n) comes at or after."""
         seps = torch.tensor(sorted(self.sep_ids), dtype=tokens.dtype, device=tokens.device)
         return torch.isin(tokens, seps).long().cumsum(-1)
 

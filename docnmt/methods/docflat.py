@@ -405,8 +405,8 @@ class GlobalIndexJoiner(Joiner):
         return self.join(sents, first)
 
     def sentence_ids(self, tokens: Tensor) -> Tensor:
-        """Every sentence opens with its index token (``<sepj> w… </s>``)."""
-        return (super().sentence_ids(tokens) - 1).clamp_min(0)
+        """Every sentence opens with its index token (``<sepj> w… </s>``), its ``</s>`` included."""
+        return (self.separators_before(tokens) - 1).clamp_min(0)
 
     def decoder_io(self, sents: list[np.ndarray], first: int = 1) -> tuple[np.ndarray, np.ndarray]:
         body = self.join(sents, first)
