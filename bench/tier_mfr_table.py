@@ -2,7 +2,10 @@
 updates, training time, final validation loss, s-/d-BLEU and s-/d-chrF on the six validation
 sittings with the difference from the control and its paired-bootstrap p-value, the contrastive
 suites' accuracy with the exact McNemar p-value against the control, and coverage; then how much
-each system uses its context (CXMI on the validation sittings, attention entropies).
+each system uses its context (CXMI on the validation sittings, attention entropies); then, per
+document method, what it is significantly better at than the control (difference > 0 with
+p < 0.05) and whether that meets Tier M-fr's target: better on d-BLEU and on at least one
+contrastive suite, with every sentence of every document recovered.
 
     python bench/tier_mfr_table.py bench/results/tier_mfr            # Markdown table
     python bench/tier_mfr_table.py --best-other bench/results/tier_mfr   # the best document model
@@ -118,14 +121,54 @@ def context_rows(root: Path) -> list[list[str]]:
     return out
 
 
+VERDICT_HEADER = ["system", "better than the control on (p < 0.05)", "not better on", "every sentence recovered",
+                  "meets the target"]
+ALPHA = 0.05
+
+
+def better(ev: dict | None, suites: dict[str, dict | None]) -> tuple[list[str], list[str]]:
+    """The scores on which a system is significantly better than the control (difference > 0,
+    p < ALPHA), and those on which it is not, each with its difference and p-value."""
+    tests = []
+    if ev:
+        for key, boot, level, label in (("s_bleu", "bootstrap", "s", "s-BLEU"), ("d_bleu", "bootstrap", "d", "d-BLEU"),
+                                        ("s_chrf", "bootstrap_chrf", "s", "s-chrF"),
+                                        ("d_chrf", "bootstrap_chrf", "d", "d-chrF")):
+            t = (ev.get(boot) or {}).get(level)
+            if t:   # evaluate --hyp SYSTEM --compare CONTROL: delta = control - system
+                tests.append((label, -t["delta"], t["p_value"]))
+    for name, label in SUITES:
+        rep = suites.get(name)
+        if rep and "against" in rep:
+            tests.append((label, 100 * rep["against"]["delta"], rep["against"]["p_value"]))
+    yes = [f"{label} ({d:+.2f}, p={p:.3f})" for label, d, p in tests if d > 0 and p < ALPHA]
+    no = [f"{label} ({d:+.2f}, p={p:.3f})" for label, d, p in tests if not (d > 0 and p < ALPHA)]
+    return yes, no
+
+
+def verdict_rows(root: Path) -> list[list[str]]:
+    out = []
+    for name in [r for r in ORDER if r != "control" and (root / r / "valid.json").exists()]:
+        suites = {s: load(root / name / f"{s}.json") for s, _ in SUITES}
+        yes, no = better(load(root / name / "valid.json"), suites)
+        cov = load(root / name / "valid.coverage.json")
+        recovered = bool(cov) and cov["documents_fully_recovered"] == cov["documents"] and cov["empty_sentences"] == 0
+        suite_labels = {label for _, label in SUITES}
+        target = any(y.startswith("d-BLEU ") for y in yes) and any(y.split(" (")[0] in suite_labels for y in yes)
+        out.append([NAMES.get(name, name), "; ".join(yes) or "nothing", "; ".join(no) or "–",
+                    ("yes" if recovered else "no") if cov else "–", "yes" if target and recovered else "no"])
+    return out
+
+
 def table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
                       *("| " + " | ".join(r) + " |" for r in body)])
 
 
 def markdown(root: Path) -> str:
-    """The scores table, then the context-usage table."""
-    return table(HEADER, rows(root)) + "\n\n" + table(CONTEXT_HEADER, context_rows(root))
+    """The scores table, the context-usage table, then what each method beats the control on."""
+    return "\n\n".join((table(HEADER, rows(root)), table(CONTEXT_HEADER, context_rows(root)),
+                        table(VERDICT_HEADER, verdict_rows(root))))
 
 
 def best_other(root: Path) -> str:

@@ -1,9 +1,11 @@
-"""bench/tier_mfr_keep.py: what the Tier M-fr queue keeps in the repository is enough to go on
-after runs/ is lost (a fresh checkout): a scored run comes back with the files later runs are
-tested against, a run not fully scored does not, and weights are kept in the dtype asked for."""
+"""The Tier M-fr queue's helpers. bench/tier_mfr_keep.py: what the queue keeps in the repository
+is enough to go on after runs/ is lost (a fresh checkout): a scored run comes back with the files
+later runs are tested against, a run not fully scored does not, and weights are kept in the dtype
+asked for. bench/tier_mfr_table.py: the target verdict counts only significant improvements."""
 from __future__ import annotations
 
 import gzip
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +70,36 @@ def test_stage_one_weights_are_kept_as_trained(tmp_path):
     keep("--weights", "--fp32", run, tmp_path / "kept")
     w = load_file(str(tmp_path / "kept/model.safetensors"))["w"]
     assert w.dtype == torch.float32 and w[0].item() == 1.0 + 2 ** -12    # fp16 would round it to 1.0
+
+
+def test_the_target_verdict_needs_d_bleu_and_a_suite_better_with_every_sentence_recovered(tmp_path):
+    """bench/tier_mfr_table.py's last table: better means a difference > 0 with p < 0.05 (evaluate's
+    bootstrap delta is control − system, a suite's is system − control)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tier_mfr_table", ROOT / "bench/tier_mfr_table.py")
+    tbl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tbl)
+
+    def system(name, d_bleu_delta, d_p, scat_delta, scat_p, empty=0):
+        d = tmp_path / name
+        d.mkdir()
+        score = {"score": 40.0}
+        (d / "valid.json").write_text(json.dumps({
+            "s_bleu": score, "d_bleu": score, "s_chrf": score, "d_chrf": score,
+            "bootstrap": {"s": {"delta": 0.1, "p_value": 0.2}, "d": {"delta": -d_bleu_delta, "p_value": d_p}},
+            "bootstrap_chrf": {"s": {"delta": 0.0, "p_value": 1.0}, "d": {"delta": 0.0, "p_value": 1.0}}}))
+        (d / "scat_yin2021_enfr.json").write_text(json.dumps({"accuracy": 0.6, "against": {
+            "delta": scat_delta, "p_value": scat_p}}))
+        (d / "valid.coverage.json").write_text(json.dumps({"documents": 6, "documents_fully_recovered": 6,
+                                                           "empty_sentences": empty}))
+
+    system("gt", 0.5, 0.01, 0.05, 0.02)              # meets it
+    system("doc2doc", 0.5, 0.01, -0.05, 0.02)        # a suite significantly worse does not count
+    system("pt", 0.5, 0.2, 0.05, 0.02)               # d-BLEU not significant
+    system("context", 0.5, 0.01, 0.05, 0.02, empty=1)   # a sentence lost
+    rows = {r[0]: r for r in tbl.verdict_rows(tmp_path)}
+    meets = {name: rows[tbl.NAMES[name]][-1] for name in ("gt", "doc2doc", "pt", "context")}
+    assert meets == {"gt": "yes", "doc2doc": "no", "pt": "no", "context": "no"}
+    assert rows[tbl.NAMES["gt"]][1] == "d-BLEU (+0.50, p=0.010); SCAT valid (+5.00, p=0.020)"
+    assert "SCAT valid (-5.00, p=0.020)" in rows[tbl.NAMES["doc2doc"]][2]
+    assert rows[tbl.NAMES["context"]][3] == "no"
