@@ -81,9 +81,10 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise DocnmtError(f"--out {out} is a file, not a directory")
-    if out.exists() and any(out.iterdir()) and not force and not (out / "compare.json").exists():
+    # a compare directory holds compare.json, or at least the hyps/ of a compare that stopped early
+    if out.exists() and any(out.iterdir()) and not force and not (out / "compare.json").exists() \
+            and not (out / "hyps").is_dir():
         raise DocnmtError(f"{out} exists and is not a compare directory; pass --force or choose another --out")
-    (out / "hyps").mkdir(parents=True, exist_ok=True)
     systems = parse_systems(runs)
     src_docs = read_documents(src, fmt=fmt)
     refs = read_sentences(ref)
@@ -92,6 +93,7 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
     base = next((s for s in systems if s.name == baseline), None) if baseline else systems[0]
     if base is None:
         raise DocnmtError(f"no system named {baseline!r} (systems: {', '.join(s.name for s in systems)})")
+    (out / "hyps").mkdir(parents=True, exist_ok=True)     # only once the inputs are known to be good
     lengths = [sum(len(s.split()) for s in d.src) for d in src_docs]
     examples = suite_names(list(suites))
     loaded_suites: dict = {}

@@ -297,3 +297,20 @@ def test_force_never_empties_a_directory_docnmt_did_not_make(tmp_path, tiny_dir,
     message = cli_error("train", tiny_dir / "data", "--arch", "transformer_tiny", "--save-dir", save, "--force")
     assert "not a docnmt model directory" in message
     assert (save / "notes.txt").read_text() == "keep me" and (save / "sub").is_dir()
+
+
+def test_a_compare_stopped_by_bad_input_does_not_block_the_corrected_command(tmp_path, write_files, cli_error,
+                                                                             run_cli):
+    """Bad input is found before anything is written; a compare that stopped later (a system's
+    translation did not fit) leaves a directory the corrected command takes up again."""
+    de = "<d>\nHallo .\nWie geht's ?\n<d>\nTschüss .\n"
+    f = write_files(tmp_path, {"src.en": GOOD, "ref.de": de, "short.de": "<d>\nHallo .\n", "hyp.de": de})
+    out = tmp_path / "cmp"
+    argv = ["--src", f["src.en"], "--out", out, "--bootstrap-samples", "20", "-q"]
+    message = cli_error("compare", f["hyp.de"], f"b={f['hyp.de']}", "--ref", f["short.de"], *argv)
+    assert "same documents" in message and not out.exists()
+    message = cli_error("compare", f["hyp.de"], f"b={f['short.de']}", "--ref", f["ref.de"], *argv)
+    assert "documents" in message and (out / "hyps").is_dir()
+    status, _, err = run_cli("compare", f["hyp.de"], f"b={f['hyp.de']}", "--ref", f["ref.de"], *argv)
+    assert status == 0, err
+    assert (out / "compare.json").exists()
