@@ -744,9 +744,12 @@ def cmd_score(args) -> int:
                               f"{len(b)} in {args.ref}")
         a.tgt = b
     translator = Translator.load(args.model, args.checkpoint, args.device)
-    scores = document_logprobs(translator, src, progress=not args.quiet, origin=args.ref)
-    # --cxmi: the word pieces' log-probability in context and alone, (with, alone, pieces) per sentence
-    words = context_usage(translator, src, progress=not args.quiet, origin=args.ref) if args.cxmi else None
+    scores = document_logprobs(translator, src, progress=not args.quiet, origin=args.ref, with_words=args.cxmi)
+    # --cxmi: the word pieces' log-probability in context (from the same pass) and alone,
+    # (with, alone, pieces) per sentence
+    words = context_usage(translator, src, progress=not args.quiet, origin=args.ref,
+                          in_context=[[s[2:] for s in doc] for doc in scores]) if args.cxmi else None
+    scores = [[s[:2] for s in doc] for doc in scores]
     nll = lambda lp, n: -lp / max(n, 1)  # noqa: E731
     bits = lambda gain, n: gain / max(n, 1) / math.log(2)  # noqa: E731
     lines = []

@@ -117,7 +117,7 @@ def sentence_logprobs(translator, docs: list[Document], max_context: int | None 
 
 def document_logprobs(translator, docs: list[Document], progress: bool = False,
                       max_tokens: int | None = None, origin: str = "reference",
-                      words_only: bool = False) -> list[list[tuple[float, int]]]:
+                      words_only: bool = False, with_words: bool = False) -> list[list[tuple]]:
     """``(Σ log p, tokens)`` of every target sentence of every document, teacher-forced in the
     model's own input format: the instances translation decodes (Doc2Doc splits, Doc2Sent and
     pseudo-document context, the context encoder's input), each target sentence counted with its
@@ -125,7 +125,8 @@ def document_logprobs(translator, docs: list[Document], progress: bool = False,
     forced as a prefix there) is scored in the instance where it is the one generated.
     ``words_only`` counts a sentence's word pieces only, never a format's own tokens (separators,
     ``<s>``, ``</s>``, G-Transformer's EOD), so a sentence has the same tokens in every format and
-    wherever it stands in its document."""
+    wherever it stands in its document. ``with_words`` gives both from one pass:
+    ``(Σ log p, tokens, Σ log p of the word pieces, word pieces)``."""
     if any(d.tgt is None or len(d.tgt) != len(d.src) for d in docs):
         raise DataError("every scored document needs as many target as source sentences", origin)
     corpus = Corpus.encode(docs, translator.vocab, max_sentence_tokens=translator.cfg.model.max_positions - 2,
@@ -139,13 +140,12 @@ def document_logprobs(translator, docs: list[Document], progress: bool = False,
             owner.setdefault(i, r)                    # else the first holding it
     first = InstanceSet(corpus, rows, translator.joiner).tfirst
     joiner, vocab = translator.joiner, translator.vocab
-    out: list[tuple[float, int]] = [(0.0, 0)] * corpus.n_sents
+    out: list[tuple[float, int, float, int]] = [(0.0, 0, 0.0, 0)] * corpus.n_sents
     for idx, batch, lp, _ in teacher_forced(translator, corpus, rows, max_tokens=max_tokens, progress=progress):
-        labels = batch["labels"].cpu()
-        counted = labels.ne(vocab.pad)
-        if words_only:
-            counted = vocab.word_mask(labels) | labels.eq(vocab.unk)     # an unknown word is a word
-        lp, n_labels = (lp.double().cpu() * counted), labels.ne(vocab.pad).sum(1).tolist()
+        labels, lp = batch["labels"].cpu(), lp.double().cpu()
+        every = labels.ne(vocab.pad)
+        words = vocab.word_mask(labels) | labels.eq(vocab.unk)     # an unknown word is a word
+        n_labels = every.sum(1).tolist()
         for pos, k in enumerate(idx):
             _, b, t = (int(x) for x in rows[k])
             tgt = [corpus.tgt[i] for i in range(t, b)]
@@ -153,12 +153,14 @@ def document_logprobs(translator, docs: list[Document], progress: bool = False,
             for j in range(b - t):
                 if owner[t + j] == k:
                     span = slice(bounds[j], bounds[j + 1])
-                    out[t + j] = (float(lp[pos, span].sum()), int(counted[pos, span].sum()))
-    return [[out[i] for i in corpus.doc_range(d)] for d in range(corpus.n_docs)]
+                    out[t + j] = tuple(x for mask in (every, words)
+                                       for x in (float((lp * mask)[pos, span].sum()), int(mask[pos, span].sum())))
+    pick = (lambda s: s) if with_words else (lambda s: s[2:]) if words_only else (lambda s: s[:2])  # noqa: E731
+    return [[pick(out[i]) for i in corpus.doc_range(d)] for d in range(corpus.n_docs)]
 
 
 def context_usage(translator, docs: list[Document], progress: bool = False,
-                  max_tokens: int | None = None, origin: str = "reference") -> dict:
+                  max_tokens: int | None = None, origin: str = "reference", in_context: list | None = None) -> dict:
     """How much the model uses its context: conditional cross-mutual information (CXMI,
     docs/methods/discourse.md#context-usage-cxmi), the mean over the word pieces of the
     references of log2 p(y | sentence, context) - log2 p(y | sentence alone). Each reference
@@ -169,9 +171,11 @@ def context_usage(translator, docs: list[Document], progress: bool = False,
     context makes the references more likely. Returns the totals, the share of sentences the
     context made more likely (a sentence whose score does not change counts as not), the CXMI
     by sentence position in the document (1, 2, 3, 4+), and per document the
-    ``(with, alone, word pieces)`` triple of every sentence."""
+    ``(with, alone, word pieces)`` triple of every sentence. ``in_context``: the words-only
+    scores of ``docs`` in context when already computed (``document_logprobs(with_words=True)``
+    gives them beside the full scores in one pass)."""
     kw = dict(progress=progress, max_tokens=max_tokens, origin=origin, words_only=True)
-    with_ctx = document_logprobs(translator, docs, **kw)
+    with_ctx = in_context if in_context is not None else document_logprobs(translator, docs, **kw)
     alone_docs = [Document(f"{d.docid}#{i}", [s], [t]) for d in docs for i, (s, t) in enumerate(zip(d.src, d.tgt))]
     flat = iter(document_logprobs(translator, alone_docs, **kw))
     per_doc, gain, tokens, better, n = [], 0.0, 0, 0, 0

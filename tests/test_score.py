@@ -26,6 +26,9 @@ def test_each_sentence_scored_once_in_its_own_instance(tiny_dir, tiny_model, nam
     short = [Document(f"{k}", d.src[:4], d.tgt[:4]) for k, d in enumerate(docs[:2])]
     scores = document_logprobs(tr, short)
     assert [len(s) for s in scores] == [4, 4]
+    both, words = document_logprobs(tr, short, with_words=True), document_logprobs(tr, short, words_only=True)
+    assert [[s[:2] for s in doc] for doc in both] == scores and [[s[2:] for s in doc] for doc in both] == words
+    assert all(s[3] < s[1] for doc in both for s in doc)          # the format's own tokens are left out
     assert all(lp < 0 and n >= 2 for doc in scores for lp, n in doc)
     last = sentence_logprobs(tr, short)
     np.testing.assert_allclose([doc[-1][0] for doc in scores], last, rtol=1e-4, atol=1e-3)
@@ -44,7 +47,9 @@ def test_each_sentence_scored_once_in_its_own_instance(tiny_dir, tiny_model, nam
 def test_probe_numbers_target_sentences_as_the_source_sentences_they_translate(tiny_dir, mode, over):
     """The sentences the attention probe is given: source sentences a..b-1 of an instance are
     0..b-a-1, and target sentence t+j is t-a+j, the number of the source sentence it translates
-    (Doc2Sent's one target sentence is its source's last); G-Transformer's start token EOD is -1."""
+    (Doc2Sent's one target sentence is its source's last); the tokens of the whole instance are
+    -1: G-Transformer's start token EOD, the separator formats' decoder start <s> and source end
+    </s>; DocFlat's every token is in a sentence."""
     from _tiny import tiny_config
     from docnmt.data import build_instances
     from docnmt.methods import build_model
@@ -62,9 +67,11 @@ def test_probe_numbers_target_sentences_as_the_source_sentences_they_translate(t
             a, b, t = (int(x) for x in rows[k])
             src = probe.sentences["src"][i][batch["src"][i].ne(vocab.pad)]
             tgt = probe.sentences["tgt_in"][i][batch["tgt_in"][i].ne(vocab.pad)]
-            assert set(src.tolist()) == set(range(b - a))
+            separated = "data.separator" not in over
+            assert set(src.tolist()) - {-1} == set(range(b - a))
+            assert src.eq(-1).nonzero().flatten().tolist() == ([len(src) - 1] if separated else [])
             assert set(tgt.tolist()) - {-1} == set(range(t - a, b - a)), (rows[k], tgt.tolist())
-            assert (tgt[0] == -1) == (over.get("data.separator") == "group")
+            assert tgt.eq(-1).nonzero().flatten().tolist() == ([] if over.get("method.name") == "docflat" else [0])
             seen += t > a or b - a > 1
     assert seen                                   # some instance had several sentences
 
