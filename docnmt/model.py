@@ -326,8 +326,7 @@ class AttentionPolicy(nn.Module):
     def encoder_specs(self, src: Tensor, src_pad: Tensor) -> dict[str, AttnSpec]:
         return {"enc_self": AttnSpec(mask=src_pad[:, None, None, :])}
 
-    def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int,
-                      incremental: bool) -> dict[str, AttnSpec]:
+    def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int) -> dict[str, AttnSpec]:
         """Specs for decoder queries ``tgt[:, offset:]``; ``tgt`` is the whole prefix."""
         # Right padding: causality alone keeps real queries off target pads, and pad queries
         # (whose outputs are ignored) always see the first token, so no row is fully blocked.
@@ -500,7 +499,7 @@ class Transformer(nn.Module):
         lang = self.cfg.tgt_lang_token
         if lang >= 0:     # the forced language code after the start token: one more position
             tgt_in = torch.cat([tgt_in[:, :1], tgt_in.new_full((tgt_in.size(0), 1), lang), tgt_in[:, 1:]], 1)
-        specs = self.policy.decoder_specs(tgt_in, enc.src, enc.pad, offset, cache is not None)
+        specs = self.policy.decoder_specs(tgt_in, enc.src, enc.pad, offset)
         if self.alibi is not None:
             self.alibi.add(specs, "dec", tgt_in.size(1) - offset, tgt_in.size(1), offset)
         if self.length_scale is not None:

@@ -48,7 +48,7 @@ class GroupPolicy(AttentionPolicy):
         g = tags_of(src)
         return {"enc_self": AttnSpec(mask=((g[:, :, None] != g[:, None, :]) & (g[:, :, None] != 0))[:, None])}
 
-    def decoder_specs(self, tgt, src, src_pad, offset, incremental):
+    def decoder_specs(self, tgt, src, src_pad, offset):
         gt, gs = tags_of(tgt)[:, offset:], tags_of(src)
         gt_all = tags_of(tgt)
         self_mask = (gt[:, :, None] != gt_all[:, None, :]) & (gt[:, :, None] != 0)
@@ -111,7 +111,7 @@ class PositionAwarePolicy(AttentionPolicy):
         p = self.pe(src.size(1))
         return {"enc_self": AttnSpec(mask=src_pad[:, None, None, :], q_add=p, k_add=p)}
 
-    def decoder_specs(self, tgt, src, src_pad, offset, incremental):
+    def decoder_specs(self, tgt, src, src_pad, offset):
         q = self.pe(tgt.size(1) - offset, offset)
         return {"dec_self": AttnSpec(is_causal=True, q_add=q, k_add=q),
                 "cross": AttnSpec(mask=src_pad[:, None, None, :], q_add=q, k_add=self.pe(src.size(1)))}

@@ -229,9 +229,8 @@ class DocFlatPolicy(AttentionPolicy):
                 mask=self._private(src.size(1), self._last(src == self._current_sep(src)[:, None])))
         return specs
 
-    def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int,
-                      incremental: bool) -> dict[str, AttnSpec]:
-        specs = super().decoder_specs(tgt, src, src_pad, offset, incremental)
+    def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int) -> dict[str, AttnSpec]:
+        specs = super().decoder_specs(tgt, src, src_pad, offset)
         specs["dec_fba"] = AttnSpec(mask=tgt.eq(self.cfg.pad_id)[:, None, None, :], is_causal=True)
         if self.scope == "current":
             sep = self._current_sep(src).repeat_interleave(tgt.size(0) // src.size(0))     # beams: rows input-major

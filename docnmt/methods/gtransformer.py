@@ -87,8 +87,7 @@ class GroupAttentionPolicy(AttentionPolicy):
         return {"enc_self": AttnSpec(mask=key_pad, groups=(tags, tags)),
                 "enc_self_global": AttnSpec(mask=key_pad)}
 
-    def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int,
-                      incremental: bool) -> dict[str, AttnSpec]:
+    def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int) -> dict[str, AttnSpec]:
         key_pad = src_pad[:, None, None, :]
         tags = self.tags(tgt)          # from the whole prefix: dynamic tags while decoding
         q_tags = tags[:, offset:]

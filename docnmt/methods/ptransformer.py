@@ -113,8 +113,7 @@ class PositionAwarePolicy(AttentionPolicy):
         return {"enc_self": AttnSpec(mask=src_pad[:, None, None, :], q_add=p, k_add=p,
                                      bias=self._relative(0, src.size(1)))}
 
-    def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int,
-                      incremental: bool) -> dict[str, AttnSpec]:
+    def decoder_specs(self, tgt: Tensor, src: Tensor, src_pad: Tensor, offset: int) -> dict[str, AttnSpec]:
         p_t = self.positions(tgt.size(1) - offset, offset)
         self_p = p_t if self.opts.pos_attn_dec_self else None
         cross = self.opts.pos_attn_cross

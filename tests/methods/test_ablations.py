@@ -121,7 +121,7 @@ def test_alibi_replaces_position_embeddings_by_distance_biases():
     m = alibi_slopes(4)
     want = -m[:, None, None] * (torch.arange(4)[:, None] - torch.arange(4)[None]).abs()
     torch.testing.assert_close(specs["enc_self"].bias[0], want)
-    dec = model.policy.decoder_specs(src, src, src.eq(PAD), 2, True)
+    dec = model.policy.decoder_specs(src, src, src.eq(PAD), 2)
     model.alibi.add(dec, "dec", 2, 4, offset=2)
     torch.testing.assert_close(dec["dec_self"].bias[0], want[:, 2:])          # queries 2 and 3
     assert dec["cross"].bias is None                                         # no bias across languages
@@ -265,7 +265,7 @@ def test_combined_self_attention_ablation_removes_both_self_terms_only():
     policy = ptransformer.PositionAwarePolicy(cfg, abl.method)
     src, tgt = random_pair()
     enc = policy.encoder_specs(src, src.eq(PAD))
-    dec = policy.decoder_specs(tgt, src, src.eq(PAD), 0, False)
+    dec = policy.decoder_specs(tgt, src, src.eq(PAD), 0)
     assert enc["enc_self"].q_add is None and dec["dec_self"].q_add is None
     assert dec["cross"].q_add is not None and dec["cross"].k_add is not None
     assert callable(enc["enc_self"].bias) and callable(dec["dec_self"].bias)      # the relative term stays

@@ -290,7 +290,7 @@ def test_current_sentence_starts_at_the_last_index_token():
     tgt = torch.tensor([[50, 7, 2, 51, 9],
                         [52, 7, 9, 8, 8],                 # <sep53> not reached yet: all context
                         [7, 8, 9, 5, 0]])
-    private = policy.decoder_specs(tgt, tokens, tokens.eq(0), 0, False)["dec_fba_private"].mask[:, 0, 0]
+    private = policy.decoder_specs(tgt, tokens, tokens.eq(0), 0)["dec_fba_private"].mask[:, 0, 0]
     assert private.tolist() == [[True] * 3 + [False] * 2, [True] * 5, [False] * 5]
     assert "enc_fba_private" not in docflat.DocFlatPolicy(CFG, SEPS).encoder_specs(tokens, tokens.eq(0))
     # the first and the last index token of the range count; a target that starts with the current one
@@ -300,7 +300,7 @@ def test_current_sentence_starts_at_the_last_index_token():
     private = policy.encoder_specs(edges, edges.eq(0))["enc_fba_private"].mask[:, 0, 0]
     assert private.tolist() == [[True] * 2 + [False] * 5, [True] * 3 + [False] * 4, [False] * 7]
     tgt = torch.tensor([[7, 2, 50, 9], [58, 7, 2, 59], [52, 7, 9, 2]])
-    private = policy.decoder_specs(tgt, edges, edges.eq(0), 0, False)["dec_fba_private"].mask[:, 0, 0]
+    private = policy.decoder_specs(tgt, edges, edges.eq(0), 0)["dec_fba_private"].mask[:, 0, 0]
     assert private.tolist() == [[True] * 2 + [False] * 2, [True] * 3 + [False], [False] * 4]
 
 

@@ -74,7 +74,7 @@ def test_tags_equal_the_papers_rule_on_well_formed_rows():
 def specs_for(src, tgt_in, offset=0):
     pol = GroupAttentionPolicy(CFG, BOS, EOD)
     pad = src.eq(PAD)
-    return pol.encoder_specs(src, pad) | pol.decoder_specs(tgt_in, src, pad, offset, offset > 0)
+    return pol.encoder_specs(src, pad) | pol.decoder_specs(tgt_in, src, pad, offset)
 
 
 def full_blocked(spec, nq, nk):

@@ -90,7 +90,7 @@ def test_cross_attention_adds_target_positions_to_queries_and_source_positions_t
     mha = MultiheadAttention(CFG.d_model, CFG.heads, name="dec.0.cross").eval()
     y, mem = torch.randn(2, 3, CFG.d_model), torch.randn(2, 5, CFG.d_model)
     src, pad = torch.ones(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.bool)
-    spec = PositionAwarePolicy(CFG, OPTS).decoder_specs(torch.ones(2, 4, dtype=torch.long), src, pad, 1, True)["cross"]
+    spec = PositionAwarePolicy(CFG, OPTS).decoder_specs(torch.ones(2, 4, dtype=torch.long), src, pad, 1)["cross"]
     P = sinusoidal_table(5, CFG.d_model)
     W, b = mha.in_proj.weight.chunk(3), mha.in_proj.bias.chunk(3)
     split = lambda t: t.view(2, -1, 4, 8).transpose(1, 2)  # noqa: E731
@@ -116,11 +116,11 @@ def test_ablation_switches():
     pol = PositionAwarePolicy(CFG, opts_with(pos_attn_cross=False, pos_attn_enc_self=False, rel_positions=False))
     src, pad = torch.ones(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.bool)
     enc = pol.encoder_specs(src, pad)["enc_self"]
-    dec = pol.decoder_specs(torch.ones(1, 3, dtype=torch.long), src, pad, 0, False)
+    dec = pol.decoder_specs(torch.ones(1, 3, dtype=torch.long), src, pad, 0)
     assert enc.q_add is None and enc.k_add is None and enc.bias is None and pol.rel_embed is None
     assert dec["cross"].q_add is None and dec["cross"].k_add is None
     assert dec["dec_self"].q_add is not None and dec["dec_self"].bias is None
-    full = PositionAwarePolicy(CFG, OPTS).decoder_specs(torch.ones(1, 3, dtype=torch.long), src, pad, 0, False)
+    full = PositionAwarePolicy(CFG, OPTS).decoder_specs(torch.ones(1, 3, dtype=torch.long), src, pad, 0)
     assert full["cross"].k_add.shape == (4, CFG.d_model) and callable(full["dec_self"].bias)
     assert full["cross"].bias is None                     # the relative term is for self-attention only
 
@@ -133,13 +133,13 @@ def test_decoder_self_attention_switch_and_cross_attention_positions():
     src, pad = torch.ones(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.bool)
     tgt = torch.ones(1, 3, dtype=torch.long)
     pol = PositionAwarePolicy(CFG, opts_with(pos_attn_dec_self=False))
-    dec = pol.decoder_specs(tgt, src, pad, 0, False)
+    dec = pol.decoder_specs(tgt, src, pad, 0)
     assert dec["dec_self"].q_add is None and dec["dec_self"].k_add is None and callable(dec["dec_self"].bias)
     assert pol.encoder_specs(src, pad)["enc_self"].q_add is not None
     table = sinusoidal_table(16, CFG.d_model)
     torch.testing.assert_close(dec["cross"].q_add, table[:3])
     torch.testing.assert_close(dec["cross"].k_add, table[:4])
-    step = pol.decoder_specs(torch.ones(1, 3, dtype=torch.long), src, pad, 2, True)     # 3rd target token
+    step = pol.decoder_specs(torch.ones(1, 3, dtype=torch.long), src, pad, 2)     # 3rd target token
     torch.testing.assert_close(step["cross"].q_add, table[2:3])
     assert (float(table[1, 0]), float(table[1, 1])) == pytest.approx((math.sin(1.0), math.cos(1.0)))  # unscaled
 
@@ -191,7 +191,7 @@ def test_self_attention_specs_hold_the_relative_term_and_positions_at_their_offs
     enc = pol.encoder_specs(src, pad)["enc_self"]
     torch.testing.assert_close(enc.bias(q, "enc.0.self").dense().detach(), explicit(q, 0, 9))
     assert torch.equal(enc.q_add, P[:9]) and torch.equal(enc.k_add, P[:9])
-    dec = pol.decoder_specs(torch.ones(2, 7, dtype=torch.long), src, pad, 4, True)["dec_self"]    # tokens 4-6
+    dec = pol.decoder_specs(torch.ones(2, 7, dtype=torch.long), src, pad, 4)["dec_self"]    # tokens 4-6
     torch.testing.assert_close(dec.bias(q[:, :, :3], "dec.0.self").dense().detach(), explicit(q[:, :, :3], 4, 7))
     assert torch.equal(dec.q_add, P[4:7]) and torch.equal(dec.k_add, P[4:7])
 
