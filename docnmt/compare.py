@@ -29,10 +29,19 @@ class System:
     hyp: list[list[str]] | None = None
     metrics: dict = field(default_factory=dict)
     suite_right: dict = field(default_factory=dict)   # suite -> strict per-example decisions
+    _translator: object = field(default=None, repr=False)
 
     @property
     def is_model(self) -> bool:
         return (self.path / "config.yaml").exists()
+
+    @property
+    def translator(self):
+        """The model, loaded once for translating, CXMI and the suites, dropped when done."""
+        if self._translator is None:
+            from .translate import Translator
+            self._translator = Translator.load(self.path)
+        return self._translator
 
 
 _NAME = re.compile(r"^[\w.+-]+$")
@@ -116,6 +125,7 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
         if examples and sysm.is_model:
             sysm.metrics["suites"] = _suites(sysm, examples, loaded_suites, suite_format, suite_options or {},
                                              out, progress, log)
+        sysm._translator = None                    # one model in memory at a time
     for sysm in systems:
         if sysm is not base:
             sysm.metrics["bootstrap"] = {
@@ -158,9 +168,7 @@ def _hypothesis(sysm: System, src_docs, src: str, out: Path, force: bool, log, p
             log(f"{sysm.name}: reusing the translation in {cached}")
             return read_sentences(str(cached), hypothesis=True)
         log(f"{sysm.name}: {cached} is from another model, weights or source; translating again")
-    from .translate import Translator
-    translator = Translator.load(sysm.path)
-    docs, report = translator.translate(src_docs, progress=progress)
+    docs, report = sysm.translator.translate(src_docs, progress=progress)
     log(f"{sysm.name}: {report.summary()}")
     write_marker(docs, cached, side="tgt", allow_empty=True)
     meta_path.write_text(json.dumps(meta))
@@ -181,9 +189,8 @@ def _cxmi(sysm: System, src_docs, refs, progress, log) -> dict:
     """How much the model uses its context on the test documents (docnmt score --cxmi)."""
     from .document import Document
     from .scoring import context_usage
-    from .translate import Translator
     docs = [Document(d.docid, d.src, r) for d, r in zip(src_docs, refs)]
-    usage = context_usage(Translator.load(sysm.path), docs, progress=progress)
+    usage = context_usage(sysm.translator, docs, progress=progress)
     log(f"{sysm.name}: CXMI {usage['cxmi_bits_per_token']:+.4f} bits per word piece")
     return {k: usage[k] for k in ("cxmi_bits_per_token", "sentences_more_likely_with_context", "cxmi_by_position")}
 
@@ -191,8 +198,7 @@ def _cxmi(sysm: System, src_docs, refs, progress, log) -> dict:
 def _suites(sysm: System, examples: dict, loaded: dict, fmt: str, options: dict, out: Path, progress, log) -> dict:
     from .contrastive import accuracy_report, format_report, right_answers, score_examples, write_scores
     from .suites import read_suite
-    from .translate import Translator
-    translator = Translator.load(sysm.path)
+    translator = sysm.translator
     res = {}
     for name, path in examples.items():
         if name not in loaded:

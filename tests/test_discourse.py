@@ -363,14 +363,18 @@ def test_group_format_sentence_model_puts_no_weight_on_other_sentences(tiny_dir)
 
 
 @pytest.mark.slow
-def test_compare_two_models_and_a_file(tiny_dir, tiny_model, run_cli, tmp_path):
+def test_compare_two_models_and_a_file(tiny_dir, tiny_model, run_cli, tmp_path, monkeypatch):
+    from docnmt.translate import Translator
     raw = tiny_dir / "raw/ted"
     models = {name: tiny_model(name) for name in ("doc2doc", "doc2sent")}
     out = tmp_path / "cmp"
+    loads, load = [], Translator.load
+    monkeypatch.setattr(Translator, "load", lambda path, *a, **k: loads.append(path) or load(path, *a, **k))
     status, stdout, _ = run_cli("compare", f"base={models['doc2sent']}", models["doc2doc"], "--src", f"{raw}.en",
                                 "--ref", f"{raw}.de", "--out", out, "--suite", BAWDEN / "anaphora.json",
                                 "--bootstrap-samples", "50", "-q", "--cxmi")
     assert status == 0, stdout
+    assert sorted(map(str, loads)) == sorted(map(str, models.values()))   # each model loaded once, for all
     res = json.loads((out / "compare.json").read_text())
     assert res["baseline"] == "base" and set(res["systems"]) == {"base", "doc2doc"}
     boot = res["systems"]["doc2doc"]["bootstrap"]["d"]
