@@ -24,14 +24,17 @@
 # weights, skipping every run already scored.
 # Usage (from anywhere):   (nohup setsid bash bench/tier_mfr.sh > runs/tier_mfr/queue.log 2>&1 &)
 #   ONLY="control gt"   restrict stage 2 / scoring to these runs;  TRAIN_ONLY=1  skip decoding/scoring
+#   RETRAIN="pt"        train and score these runs again although their scores are kept
 #   --dry-run           the whole queue on a few Hansard documents with 20 + 10 updates, in
-#                       runs/tier_mfr_dry (a few minutes; checks every step before the real run)
+#                       runs/tier_mfr_dry, kept results in runs/tier_mfr_dry_kept (a few minutes;
+#                       checks every step before the real run; remove runs/tier_mfr_dry and run it
+#                       again to check the recovery from a lost runs/: every run is restored)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R=runs/tier_mfr; DATA=bench/.cache/tier_mfr; S=../shared/data/enfr; KEEP=bench/results/tier_mfr
 STAGE1=6000; STAGE2=2000; ENFR=None
 if [ "${1:-}" = --dry-run ]; then
-  R=runs/tier_mfr_dry; DATA=$R/data; KEEP=$R/kept; S=$R/enfr; STAGE1=20; STAGE2=10; ENFR="'$S'"
+  R=runs/tier_mfr_dry; DATA=$R/data; KEEP=runs/tier_mfr_dry_kept; S=$R/enfr; STAGE1=20; STAGE2=10; ENFR="'$S'"
   python -c "import sys; sys.path.insert(0, 'bench'); import common; common.tier_mfr_dry_copy('$S')"
 fi
 mkdir -p "$R" "$KEEP"
@@ -47,6 +50,7 @@ else
   step docnmt train "$DATA" --arch sent2sent_small --max-update $STAGE1 --save-dir "$R/stage1" "${COMMON[@]}"
   python bench/tier_mfr_keep.py --weights --fp32 "$R/stage1" "$KEEP/stage1"
 fi
+S1W=$KEEP/stage1/model.safetensors     # each kept stage-2 run records the hash of what it started from
 
 FT=(--init-from "$KEEP/stage1" --max-update $STAGE2 --lr 4e-4 --warmup-updates 200 "${COMMON[@]}")
 declare -A ARCH=(
@@ -77,19 +81,23 @@ score() {   # translate and score one trained run (the control's first: the othe
     [ -f "$R/$name/$s.json" ] || step docnmt score-contrastive "$R/$name" "$suite" -q --json "$R/$name/$s.json" \
                                       --scores "$R/$name/$s.scores.jsonl" "${base[@]}"
   done
-  python bench/tier_mfr_keep.py "$R/$name" "$KEEP/$name"
+  python bench/tier_mfr_keep.py --started-from "$S1W" "$R/$name" "$KEEP/$name"
 }
 
 # each run is scored as soon as it is trained, so results arrive one system at a time
 for name in $RUNS; do
-  # a run scored and kept before runs/ was lost: put back what later runs are compared with, go on
-  if [ ! -f "$R/$name/config.yaml" ] && python bench/tier_mfr_keep.py --restore "$KEEP/$name" "$R/$name"; then
+  # a run scored and kept (from the same stage 1) before runs/ was lost: put back what later runs
+  # are compared with, go on
+  retrain=0; case " ${RETRAIN:-} " in *" $name "*) retrain=1;; esac
+  if [ ! -f "$R/$name/config.yaml" ] && [ $retrain = 0 ] \
+     && python bench/tier_mfr_keep.py --restore --started-from "$S1W" "$KEEP/$name" "$R/$name"; then
     continue
   fi
+  [ -f "$R/$name/config.yaml" ] || rm -rf "${R:?}/$name"     # files restored earlier, not a run
   # shellcheck disable=SC2086
   step docnmt train "$DATA" ${ARCH[$name]} --save-dir "$R/$name" "${FT[@]}"
   weights=(); case $name in control|gt) weights=(--weights);; esac    # kept at once: published weights
-  python bench/tier_mfr_keep.py "${weights[@]}" "$R/$name" "$KEEP/$name"
+  python bench/tier_mfr_keep.py "${weights[@]}" --started-from "$S1W" "$R/$name" "$KEEP/$name"
   if [ "${TRAIN_ONLY:-0}" != 1 ]; then score "$name"; fi    # (not `|| score`: set -e must hold inside)
 done
 [ "${TRAIN_ONLY:-0}" = 1 ] && exit 0

@@ -5,17 +5,20 @@ translation (valid.fr.gz) and the suites' per-example scores (*.scores.jsonl), s
 against the control can be recomputed. With --weights also the final weights as fp16 safetensors
 plus the vocabulary, so ``docnmt translate KEPT_DIR`` works (--fp32: the weights as trained).
 
-    python bench/tier_mfr_keep.py [--weights [--fp32]] RUN_DIR KEPT_DIR
-    python bench/tier_mfr_keep.py --restore KEPT_DIR RUN_DIR
+    python bench/tier_mfr_keep.py [--weights [--fp32]] [--started-from W] RUN_DIR KEPT_DIR
+    python bench/tier_mfr_keep.py --restore --started-from W KEPT_DIR RUN_DIR
 
---restore is for a queue whose runs/ was lost: when KEPT_DIR holds a fully scored run it puts the
-files later runs are compared with (valid.fr, the suites' scores) back into RUN_DIR and exits 0;
-otherwise it exits 1 (the run must be trained again).
+--started-from W records the SHA-256 of the weights W a stage-2 run was fine-tuned from (the
+kept stage-1 model) as started_from.sha256. --restore is for a queue whose runs/ was lost: when
+KEPT_DIR holds a fully scored run that started from the same W, it puts the files later runs are
+compared with (valid.fr, the suites' scores) back into RUN_DIR and exits 0; otherwise it exits 1
+(the run must be trained again: never a table that mixes two stage-1 models).
 """
 from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import shutil
 import sys
@@ -52,13 +55,23 @@ def training_time(log: Path, max_gap: float = 1800.0) -> dict:
     return {"seconds": seconds, "restarts_or_pauses": restarts, "last_update": prev[1] if prev else 0}
 
 
-def keep(run: Path, dest: Path, weights: bool, fp32: bool = False) -> None:
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def keep(run: Path, dest: Path, weights: bool, fp32: bool = False, started_from: Path | None = None) -> None:
     if not (run / "config.yaml").exists():
         restored = (run / "valid.fr").exists()
-        print(f"keep: {run} has no run" + (" (restored from its kept results: to keep its weights, remove it "
-                                           "and run the queue again with ONLY=<run>)" if restored else " yet"))
+        print(f"keep: {run} has no run" + (" (restored from its kept results: to keep its weights, run the "
+                                           "queue again with RETRAIN=<run>)" if restored else " yet"))
         return
     dest.mkdir(parents=True, exist_ok=True)
+    if started_from:
+        (dest / "started_from.sha256").write_text(sha256(started_from) + "\n")
     for name in FILES:
         if (run / name).exists():
             shutil.copy2(run / name, dest / name)
@@ -80,12 +93,16 @@ def keep(run: Path, dest: Path, weights: bool, fp32: bool = False) -> None:
     print(f"kept {run} in {dest}" + (f" (with {'fp32' if fp32 else 'fp16'} weights)" if weights else ""))
 
 
-def restore(kept: Path, run: Path) -> bool:
+def restore(kept: Path, run: Path, started_from: Path) -> bool:
     """Put a fully scored kept run's translation and suite scores back into ``run`` (which must
-    not hold a run: a trained run is never touched). False if ``kept`` is not fully scored."""
+    not hold a run: a trained run is never touched). False if ``kept`` is not fully scored or was
+    fine-tuned from other weights than ``started_from``."""
     if (run / "config.yaml").exists():
         raise SystemExit(f"restore: {run} holds a run; nothing restored")
-    if not all((kept / n).exists() for n in SCORES + COMPARED + ("valid.fr.gz",)):
+    if not all((kept / n).exists() for n in SCORES + COMPARED + ("valid.fr.gz", "started_from.sha256")):
+        return False
+    if (kept / "started_from.sha256").read_text().strip() != sha256(started_from):
+        print(f"restore: {kept} was fine-tuned from other weights than {started_from}: trained again")
         return False
     run.mkdir(parents=True, exist_ok=True)
     for name in COMPARED:
@@ -102,11 +119,14 @@ def main() -> None:
     ap.add_argument("dest", type=Path)
     ap.add_argument("--weights", action="store_true", help="also the final weights (fp16) and the vocabulary")
     ap.add_argument("--fp32", action="store_true", help="with --weights: keep the weights in fp32, as trained")
+    ap.add_argument("--started-from", type=Path, metavar="W", help="the weights a stage-2 run started from")
     ap.add_argument("--restore", action="store_true", help="the other way: KEPT_DIR RUN_DIR (see above)")
     a = ap.parse_args()
     if a.restore:
-        sys.exit(0 if restore(a.run, a.dest) else 1)
-    keep(a.run, a.dest, a.weights, a.fp32)
+        if not a.started_from:
+            ap.error("--restore needs --started-from")
+        sys.exit(0 if restore(a.run, a.dest, a.started_from) else 1)
+    keep(a.run, a.dest, a.weights, a.fp32, a.started_from)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ sittings with the difference from the control and its paired-bootstrap p-value, 
 suites' accuracy with the exact McNemar p-value against the control, and coverage; then how much
 each system uses its context (CXMI on the validation sittings, attention entropies); then, per
 document method, what it is significantly better at than the control (difference > 0 with
-p < 0.05) and whether that meets Tier M-fr's target: better on d-BLEU and on at least one
-contrastive suite, with every sentence of every document recovered.
+p < 0.05: the paired bootstrap's one-sided p for BLEU and chrF, the exact McNemar test's
+two-sided p for the suites) and whether that meets Tier M-fr's target: better on d-BLEU and on
+at least one contrastive suite, with every sentence of every document recovered.
 
     python bench/tier_mfr_table.py bench/results/tier_mfr            # Markdown table
     python bench/tier_mfr_table.py --best-other bench/results/tier_mfr   # the best document model
@@ -121,14 +122,16 @@ def context_rows(root: Path) -> list[list[str]]:
     return out
 
 
-VERDICT_HEADER = ["system", "better than the control on (p < 0.05)", "not better on", "every sentence recovered",
-                  "meets the target"]
+VERDICT_HEADER = ["system", "better than the control on (Δ, p < 0.05)", "not better on (Δ, p)",
+                  "every sentence recovered", "meets the target"]
 ALPHA = 0.05
 
 
-def better(ev: dict | None, suites: dict[str, dict | None]) -> tuple[list[str], list[str]]:
+def better(ev: dict | None, suites: dict[str, dict | None]) -> tuple[list[tuple], list[tuple]]:
     """The scores on which a system is significantly better than the control (difference > 0,
-    p < ALPHA), and those on which it is not, each with its difference and p-value."""
+    p < ALPHA), and those on which it is not, as ``(label, difference, p)``. The BLEU and chrF
+    p-values are the paired bootstrap's, one-sided in the observed direction; the suites' are the
+    exact McNemar test's, two-sided (the stricter of the two)."""
     tests = []
     if ev:
         for key, boot, level, label in (("s_bleu", "bootstrap", "s", "s-BLEU"), ("d_bleu", "bootstrap", "d", "d-BLEU"),
@@ -141,9 +144,8 @@ def better(ev: dict | None, suites: dict[str, dict | None]) -> tuple[list[str], 
         rep = suites.get(name)
         if rep and "against" in rep:
             tests.append((label, 100 * rep["against"]["delta"], rep["against"]["p_value"]))
-    yes = [f"{label} ({d:+.2f}, p={p:.3f})" for label, d, p in tests if d > 0 and p < ALPHA]
-    no = [f"{label} ({d:+.2f}, p={p:.3f})" for label, d, p in tests if not (d > 0 and p < ALPHA)]
-    return yes, no
+    yes = [t for t in tests if t[1] > 0 and t[2] < ALPHA]
+    return yes, [t for t in tests if t not in yes]
 
 
 def verdict_rows(root: Path) -> list[list[str]]:
@@ -153,9 +155,10 @@ def verdict_rows(root: Path) -> list[list[str]]:
         yes, no = better(load(root / name / "valid.json"), suites)
         cov = load(root / name / "valid.coverage.json")
         recovered = bool(cov) and cov["documents_fully_recovered"] == cov["documents"] and cov["empty_sentences"] == 0
-        suite_labels = {label for _, label in SUITES}
-        target = any(y.startswith("d-BLEU ") for y in yes) and any(y.split(" (")[0] in suite_labels for y in yes)
-        out.append([NAMES.get(name, name), "; ".join(yes) or "nothing", "; ".join(no) or "–",
+        won = {label for label, _, _ in yes}
+        target = "d-BLEU" in won and bool(won & {label for _, label in SUITES})
+        cell = lambda tests: "; ".join(f"{label} ({d:+.2f}, p={p:.3f})" for label, d, p in tests)  # noqa: E731
+        out.append([NAMES.get(name, name), cell(yes) or "nothing", cell(no) or "–",
                     ("yes" if recovered else "no") if cov else "–", "yes" if target and recovered else "no"])
     return out
 

@@ -45,6 +45,7 @@ class System:
 
 
 _NAME = re.compile(r"^[\w.+-]+$")
+MARKER = ".docnmt-compare"      # made in OUT before the first translation, so a stopped compare is taken up
 
 
 def parse_systems(runs: list[str]) -> list[System]:
@@ -90,9 +91,9 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise DocnmtError(f"--out {out} is a file, not a directory")
-    # a compare directory holds compare.json, or at least the hyps/ of a compare that stopped early
+    # a compare directory holds compare.json, or the marker of a compare that stopped early
     if out.exists() and any(out.iterdir()) and not force and not (out / "compare.json").exists() \
-            and not (out / "hyps").is_dir():
+            and not (out / MARKER).exists():
         raise DocnmtError(f"{out} exists and is not a compare directory; pass --force or choose another --out")
     systems = parse_systems(runs)
     src_docs = read_documents(src, fmt=fmt)
@@ -102,14 +103,19 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
     base = next((s for s in systems if s.name == baseline), None) if baseline else systems[0]
     if base is None:
         raise DocnmtError(f"no system named {baseline!r} (systems: {', '.join(s.name for s in systems)})")
+    for sysm in systems:                                  # translation files: cheap, so checked first
+        if not sysm.is_model:
+            sysm.hyp = _hypothesis(sysm, src_docs, src, out, force, log, progress, write_marker, read_sentences)
+            _check_documents(sysm, refs)
     (out / "hyps").mkdir(parents=True, exist_ok=True)     # only once the inputs are known to be good
+    (out / MARKER).touch()
     lengths = [sum(len(s.split()) for s in d.src) for d in src_docs]
     examples = suite_names(list(suites))
     loaded_suites: dict = {}
     for sysm in systems:
-        sysm.hyp = _hypothesis(sysm, src_docs, src, out, force, log, progress, write_marker, read_sentences)
-        if len(sysm.hyp) != len(refs):
-            raise DocnmtError(f"{sysm.path}: {len(sysm.hyp)} documents, the reference has {len(refs)}")
+        if sysm.is_model:
+            sysm.hyp = _hypothesis(sysm, src_docs, src, out, force, log, progress, write_marker, read_sentences)
+            _check_documents(sysm, refs)
         m = evaluate_documents(sysm.hyp, refs, lowercase_too=False)
         sysm.metrics = {k: (v["score"] if isinstance(v, dict) else v) for k, v in m.items()
                         if k.startswith(("s_", "d_")) and k != "n_sents_scored"}
@@ -151,6 +157,11 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
         for key in ("distance", "pronoun", "phenomenon", "type"):
             plot_accuracy_by(reports, key, out / f"{suite}_by_{key}.png", title=f"{suite}: accuracy by {key}")
     return result
+
+
+def _check_documents(sysm: System, refs) -> None:
+    if len(sysm.hyp) != len(refs):
+        raise DocnmtError(f"{sysm.path}: {len(sysm.hyp)} documents, the reference has {len(refs)}")
 
 
 def _hypothesis(sysm: System, src_docs, src: str, out: Path, force: bool, log, progress, write_marker, read_sentences):

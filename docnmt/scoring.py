@@ -146,6 +146,7 @@ def document_logprobs(translator, docs: list[Document], progress: bool = False,
         every = labels.ne(vocab.pad)
         words = vocab.word_mask(labels) | labels.eq(vocab.unk)     # an unknown word is a word
         n_labels = every.sum(1).tolist()
+        masked = [(lp * mask, mask) for mask in (every, words)]
         for pos, k in enumerate(idx):
             _, b, t = (int(x) for x in rows[k])
             tgt = [corpus.tgt[i] for i in range(t, b)]
@@ -153,8 +154,8 @@ def document_logprobs(translator, docs: list[Document], progress: bool = False,
             for j in range(b - t):
                 if owner[t + j] == k:
                     span = slice(bounds[j], bounds[j + 1])
-                    out[t + j] = tuple(x for mask in (every, words)
-                                       for x in (float((lp * mask)[pos, span].sum()), int(mask[pos, span].sum())))
+                    out[t + j] = tuple(x for lp_m, mask in masked
+                                       for x in (float(lp_m[pos, span].sum()), int(mask[pos, span].sum())))
     pick = (lambda s: s) if with_words else (lambda s: s[2:]) if words_only else (lambda s: s[:2])  # noqa: E731
     return [[pick(out[i]) for i in corpus.doc_range(d)] for d in range(corpus.n_docs)]
 
@@ -176,6 +177,8 @@ def context_usage(translator, docs: list[Document], progress: bool = False,
     gives them beside the full scores in one pass)."""
     kw = dict(progress=progress, max_tokens=max_tokens, origin=origin, words_only=True)
     with_ctx = in_context if in_context is not None else document_logprobs(translator, docs, **kw)
+    if [len(d) for d in with_ctx] != [len(d.src) for d in docs]:
+        raise ValueError("in_context must hold one score per sentence of docs")
     alone_docs = [Document(f"{d.docid}#{i}", [s], [t]) for d in docs for i, (s, t) in enumerate(zip(d.src, d.tgt))]
     flat = iter(document_logprobs(translator, alone_docs, **kw))
     per_doc, gain, tokens, better, n = [], 0.0, 0, 0, 0

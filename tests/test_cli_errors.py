@@ -301,16 +301,23 @@ def test_force_never_empties_a_directory_docnmt_did_not_make(tmp_path, tiny_dir,
 
 def test_a_compare_stopped_by_bad_input_does_not_block_the_corrected_command(tmp_path, write_files, cli_error,
                                                                              run_cli):
-    """Bad input is found before anything is written; a compare that stopped later (a system's
-    translation did not fit) leaves a directory the corrected command takes up again."""
+    """Bad input (the reference, a translation file) is found before anything is written; a
+    compare that stopped after it started (its marker, no compare.json) is taken up again, while a
+    directory of the user's that merely holds a hyps/ is never written into."""
     de = "<d>\nHallo .\nWie geht's ?\n<d>\nTschüss .\n"
     f = write_files(tmp_path, {"src.en": GOOD, "ref.de": de, "short.de": "<d>\nHallo .\n", "hyp.de": de})
     out = tmp_path / "cmp"
-    argv = ["--src", f["src.en"], "--out", out, "--bootstrap-samples", "20", "-q"]
-    message = cli_error("compare", f["hyp.de"], f"b={f['hyp.de']}", "--ref", f["short.de"], *argv)
+    argv = ["--src", f["src.en"], "--bootstrap-samples", "20", "-q"]
+    message = cli_error("compare", f["hyp.de"], f"b={f['hyp.de']}", "--ref", f["short.de"], "--out", out, *argv)
     assert "same documents" in message and not out.exists()
-    message = cli_error("compare", f["hyp.de"], f"b={f['short.de']}", "--ref", f["ref.de"], *argv)
-    assert "documents" in message and (out / "hyps").is_dir()
-    status, _, err = run_cli("compare", f["hyp.de"], f"b={f['hyp.de']}", "--ref", f["ref.de"], *argv)
+    message = cli_error("compare", f["hyp.de"], f"b={f['short.de']}", "--ref", f["ref.de"], "--out", out, *argv)
+    assert "documents" in message and not out.exists()
+    mine = tmp_path / "mine"
+    (mine / "hyps").mkdir(parents=True)
+    message = cli_error("compare", f["hyp.de"], "--ref", f["ref.de"], "--out", mine, *argv)
+    assert "not a compare directory" in message and list(mine.iterdir()) == [mine / "hyps"]
+    status, _, err = run_cli("compare", f["hyp.de"], f"b={f['hyp.de']}", "--ref", f["ref.de"], "--out", out, *argv)
     assert status == 0, err
-    assert (out / "compare.json").exists()
+    (out / "compare.json").unlink()                        # as if it had stopped before the end
+    status, _, err = run_cli("compare", f["hyp.de"], f"b={f['hyp.de']}", "--ref", f["ref.de"], "--out", out, *argv)
+    assert status == 0 and (out / "compare.json").exists(), err

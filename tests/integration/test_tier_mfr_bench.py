@@ -37,31 +37,40 @@ def scored_run(d: Path, scored: bool = True) -> Path:
     return d
 
 
+def stage1(tmp_path: Path, value: float = 0.5) -> Path:
+    path = tmp_path / f"stage1_{value}.safetensors"
+    save_file({"w": torch.tensor([value])}, str(path))
+    return path
+
+
 def test_a_kept_scored_run_comes_back_with_what_later_runs_are_tested_against(tmp_path):
     run, kept, lost = scored_run(tmp_path / "run"), tmp_path / "kept", tmp_path / "lost"
-    assert keep("--weights", run, kept).returncode == 0
+    s1 = stage1(tmp_path)
+    assert keep("--weights", "--started-from", s1, run, kept).returncode == 0
     assert gzip.open(kept / "valid.fr.gz", "rt").read() == "une phrase\nune autre\n"
     assert load_file(str(kept / "model.safetensors"))["w"].dtype == torch.float16
     assert load_file(str(kept / "model.safetensors"))["step"].dtype == torch.int64
     assert '"seconds": 100.0' in (kept / "training_time.json").read_text()
-    proc = keep("--restore", kept, lost)
+    assert keep("--restore", "--started-from", stage1(tmp_path, 0.25), kept, lost).returncode == 1
+    assert not lost.exists()                     # fine-tuned from another stage 1: trained again
+    proc = keep("--restore", "--started-from", s1, kept, lost)
     assert proc.returncode == 0, proc.stderr
     assert (lost / "valid.fr").read_text() == "une phrase\nune autre\n"
     for s in SUITES:
         assert (lost / f"{s}.scores.jsonl").read_text() == (run / f"{s}.scores.jsonl").read_text()
     assert not (lost / "config.yaml").exists()            # not a run: the queue does not resume it
-    assert "remove it" in keep("--weights", lost, tmp_path / "again").stdout
+    assert "RETRAIN=" in keep("--weights", lost, tmp_path / "again").stdout
 
 
 def test_a_run_not_fully_scored_is_not_restored_and_a_trained_run_is_never_overwritten(tmp_path):
-    run, kept = scored_run(tmp_path / "run", scored=False), tmp_path / "kept"
-    keep(run, kept)
-    assert keep("--restore", kept, tmp_path / "lost").returncode == 1
+    run, kept, s1 = scored_run(tmp_path / "run", scored=False), tmp_path / "kept", stage1(tmp_path)
+    keep("--started-from", s1, run, kept)
+    assert keep("--restore", "--started-from", s1, kept, tmp_path / "lost").returncode == 1
     assert not (tmp_path / "lost").exists()
     full = scored_run(tmp_path / "full")
-    keep(full, tmp_path / "kept_full")
+    keep("--started-from", s1, full, tmp_path / "kept_full")
     before = (run / "valid.fr").read_bytes()
-    assert keep("--restore", tmp_path / "kept_full", run).returncode != 0
+    assert keep("--restore", "--started-from", s1, tmp_path / "kept_full", run).returncode != 0
     assert (run / "valid.fr").read_bytes() == before
 
 
