@@ -377,9 +377,10 @@ class GlobalIndexJoiner(Joiner):
     both sides, j its 1-based index in the whole document, so instances whose positions all
     restart at 0 still carry their order across a flattened batch. The decoder starts from the
     first sentence's index token: input ``<sepa> ya </s> … <sepi> yi``, labels
-    ``ya </s> … yi </s>``. The index tokens are docnmt's reserved ``<sepI>`` symbols (indices
-    past the largest, 512, are clipped to it), so DocFlat needs no vocabulary of its own and
-    fine-tunes from any docnmt sentence model."""
+    ``ya </s> … yi </s>``. The index tokens are docnmt's reserved ``<sepI>`` symbols, so DocFlat
+    needs no vocabulary of its own and fine-tunes from any docnmt sentence model; past the
+    largest (512) the numbering starts again at ``<sep1>`` (docs/methods/docflat.md#df-index-tokens):
+    sentences close enough to share a batch keep distinct, ordered index tokens."""
 
     def __init__(self, vocab: Vocab, separator: str = "global_index"):
         super().__init__(vocab, "index")
@@ -390,6 +391,11 @@ class GlobalIndexJoiner(Joiner):
 
     def output_specials(self, sentence_targets: bool) -> set[int]:
         return set()        # generation writes the current sentence only; its context is forced
+
+    def sep(self, i: int) -> int:
+        """The index token of sentence ``i`` (1-based): ``<sepI>``, I = i modulo the largest
+        reserved index (``<sep1>`` again after it)."""
+        return self.vocab.sep((i - 1) % self.vocab.max_sep + 1)
 
     def start_for(self, first: int) -> int:
         return self.sep(first)

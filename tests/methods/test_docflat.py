@@ -509,6 +509,18 @@ def test_global_index_format_edges(tiny_vocab):
     assert empty.dtype == np.int32 and empty.shape == (0,)
 
 
+def test_global_index_restarts_after_the_largest_index_token(tiny_vocab):
+    """A document longer than the reserved index tokens (a parliament sitting has thousands of
+    sentences) numbers on from <sep1>: neighbours keep distinct, ordered tokens instead of all
+    sharing the last one."""
+    joiner, top = GlobalIndexJoiner(tiny_vocab), tiny_vocab.max_sep
+    ids = joiner.join([[10]] * 3, first=top)
+    assert ids[0::3].tolist() == [tiny_vocab.sep(top), tiny_vocab.sep(1), tiny_vocab.sep(2)]
+    assert joiner.start_for(2 * top + 5) == tiny_vocab.sep(5)
+    assert joiner.prefix([[10]], first=top) == [10, tiny_vocab.eos, tiny_vocab.sep(1)]
+    assert joiner.sentence_ids(torch.tensor(ids[None])).tolist() == [[0, 0, 0, 1, 1, 1, 2, 2, 2]]
+
+
 @pytest.mark.slow
 def test_fba_map_cli(tiny_dir, tiny_model, tmp_path, run_cli):
     """The sentence-level map of the encoder FBA: every query sentence's weights, times the key
