@@ -14,6 +14,8 @@
 #            SCAT valid with exact McNemar tests against the control. DocFlat's pass 1 is the
 #            control's translation. Context usage: CXMI on the validation sittings
 #            (bench/tier_mfr_context.py) beside the attention entropies of the last validation.
+#            Stage 1 is scored too (before the context encoder, whose sentence weights are stage
+#            1's: it is also tested against stage 1).
 # Each stage-2 system is scored as soon as it is trained (the control first). Everything resumes:
 # run it again after any interruption (runs/ holds checkpoints every 200 updates); finished steps
 # are skipped. Each run's config, metrics, learning curve, scores, coverage, validation translation
@@ -62,30 +64,45 @@ declare -A ARCH=(
   [context]="--arch context_transformer_small"
   [gt_dls_laa]="--arch g_transformer_dls_laa_small --pretrained-lr-scale 0.2 --word-dropout 0.1 --set data.dls_epoch_offset=10"
 )
-RUNS=${ONLY:-"control gt doc2doc pt docflat_d context gt_dls_laa"}
+RUNS=${ONLY:-"control gt doc2doc pt docflat_d stage1 context gt_dls_laa"}     # stage1: scored only
 DECODE=(--beam 5 --lenpen 1.0 --lenpen-style fairseq -q)
 BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
 
 score() {   # translate and score one trained run (the control's first: the others are compared with it)
-  local name=$1 out=$R/$1/valid.fr extra=() against=() base=() suite s
+  local name=$1 model=$R/$1 out=$R/$1/valid.fr extra=() against=() base=() suite s
+  # stage 1 with runs/ lost: its kept weights (the scores still go to runs/, then are kept)
+  [ "$name" = stage1 ] && [ ! -f "$model/config.yaml" ] && model=$KEEP/stage1
+  mkdir -p "$R/$name"
   [ "$name" = docflat_d ] && extra=(--first-pass "$R/control/valid.fr")    # two-pass: the control is pass 1
-  [ -f "$out" ] || step docnmt translate "$R/$name" -i "$S/valid/hansard.en" -o "$out" "${DECODE[@]}" "${extra[@]}" \
+  [ -f "$out" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" -o "$out" "${DECODE[@]}" "${extra[@]}" \
                          --report "$R/$name/valid.coverage.json"
   [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
   step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" "${against[@]}" --json "$R/$name/valid.json"
-  [ -f "$R/$name/valid.cxmi.json" ] || step python bench/tier_mfr_context.py "$R/$name" \
-                                              --src "$S/valid/hansard.en" --ref "$S/valid/hansard.fr"
+  if [ "$name" = context ] && [ -f "$R/stage1/valid.fr" ]; then     # same sentence weights, without context
+    step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" --compare "$R/stage1/valid.fr" \
+                         --json "$R/$name/valid.vs_stage1.json"
+  fi
+  [ "$name" = stage1 ] || [ -f "$R/$name/valid.cxmi.json" ] \
+    || step python bench/tier_mfr_context.py "$model" --src "$S/valid/hansard.en" --ref "$S/valid/hansard.fr"
   for suite in "$BAWDEN/anaphora.json" "$BAWDEN/lexical-choice.json" "$S/suites/scat_yin2021_enfr"; do
     s=$(basename "$suite" .json)
     base=(); [ "$name" != control ] && base=(--against "$R/control/$s.scores.jsonl")
-    [ -f "$R/$name/$s.json" ] || step docnmt score-contrastive "$R/$name" "$suite" -q --json "$R/$name/$s.json" \
+    [ -f "$R/$name/$s.json" ] || step docnmt score-contrastive "$model" "$suite" -q --json "$R/$name/$s.json" \
                                       --scores "$R/$name/$s.scores.jsonl" "${base[@]}"
   done
-  python bench/tier_mfr_keep.py --started-from "$S1W" "$R/$name" "$KEEP/$name"
+  if [ "$name" = stage1 ]; then python bench/tier_mfr_keep.py --scores-only --started-from "$S1W" "$R/$name" "$KEEP/$name"
+  else python bench/tier_mfr_keep.py --started-from "$S1W" "$R/$name" "$KEEP/$name"; fi
 }
 
 # each run is scored as soon as it is trained, so results arrive one system at a time
 for name in $RUNS; do
+  if [ "$name" = stage1 ]; then     # not trained here: scored (or its kept scores put back)
+    if [ -f "$R/stage1/config.yaml" ] \
+       || ! python bench/tier_mfr_keep.py --restore --scores-only --started-from "$S1W" "$KEEP/stage1" "$R/stage1"; then
+      [ "${TRAIN_ONLY:-0}" = 1 ] || score stage1
+    fi
+    continue
+  fi
   # a run scored and kept (from the same stage 1) before runs/ was lost: put back what later runs
   # are compared with, go on
   retrain=0; case " ${RETRAIN:-} " in *" $name "*) retrain=1;; esac

@@ -6,13 +6,17 @@ against the control can be recomputed. With --weights also the final weights as 
 plus the vocabulary, so ``docnmt translate KEPT_DIR`` works (--fp32: the weights as trained).
 
     python bench/tier_mfr_keep.py [--weights [--fp32]] [--started-from W] RUN_DIR KEPT_DIR
-    python bench/tier_mfr_keep.py --restore --started-from W KEPT_DIR RUN_DIR
+    python bench/tier_mfr_keep.py --scores-only --started-from W RUN_DIR KEPT_DIR
+    python bench/tier_mfr_keep.py --restore [--scores-only] --started-from W KEPT_DIR RUN_DIR
 
 --started-from W records the SHA-256 of the weights W a stage-2 run was fine-tuned from (the
 kept stage-1 model) as started_from.sha256. --restore is for a queue whose runs/ was lost: when
 KEPT_DIR holds a fully scored run that started from the same W, it puts the files later runs are
 compared with (valid.fr, the suites' scores) back into RUN_DIR and exits 0; otherwise it exits 1
 (the run must be trained again: never a table that mixes two stage-1 models).
+--scores-only is for a model scored but not trained by the queue (stage 1, scored as a system
+beside the others): only its score files, translation and suite scores are kept (W is then the
+scored weights themselves), and --restore needs no CXMI.
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ from pathlib import Path
 SUITES = ("anaphora", "lexical-choice", "scat_yin2021_enfr")
 SCORES = tuple(f"{s}.json" for s in SUITES) + ("valid.json", "valid.coverage.json", "valid.cxmi.json")
 COMPARED = tuple(f"{s}.scores.jsonl" for s in SUITES)   # what the next runs are tested against
-FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png") + SCORES + COMPARED
+EXTRA = ("valid.vs_stage1.json",)                      # the context-encoder's test against stage 1
+FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png") + SCORES + COMPARED + EXTRA
 
 
 def training_time(log: Path, max_gap: float = 1800.0) -> dict:
@@ -63,8 +68,12 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def keep(run: Path, dest: Path, weights: bool, fp32: bool = False, started_from: Path | None = None) -> None:
-    if not (run / "config.yaml").exists():
+def keep(run: Path, dest: Path, weights: bool, fp32: bool = False, started_from: Path | None = None,
+         scores_only: bool = False) -> None:
+    if scores_only:
+        if not (run / "valid.fr").exists():
+            raise SystemExit(f"keep: {run} has no translation to keep")
+    elif not (run / "config.yaml").exists():
         restored = (run / "valid.fr").exists()
         print(f"keep: {run} has no run" + (" (restored from its kept results: to keep its weights, run the "
                                            "queue again with RETRAIN=<run>)" if restored else " yet"))
@@ -72,13 +81,13 @@ def keep(run: Path, dest: Path, weights: bool, fp32: bool = False, started_from:
     dest.mkdir(parents=True, exist_ok=True)
     if started_from:
         (dest / "started_from.sha256").write_text(sha256(started_from) + "\n")
-    for name in FILES:
+    for name in (SCORES + COMPARED + EXTRA) if scores_only else FILES:
         if (run / name).exists():
             shutil.copy2(run / name, dest / name)
     if (run / "valid.fr").exists():
         with open(run / "valid.fr", "rb") as f, gzip.GzipFile(dest / "valid.fr.gz", "wb", mtime=0) as g:
             shutil.copyfileobj(f, g)
-    if (run / "train.log").exists():
+    if (run / "train.log").exists() and not scores_only:
         (dest / "training_time.json").write_text(json.dumps(training_time(run / "train.log"), indent=1))
     if weights:
         import torch
@@ -93,13 +102,15 @@ def keep(run: Path, dest: Path, weights: bool, fp32: bool = False, started_from:
     print(f"kept {run} in {dest}" + (f" (with {'fp32' if fp32 else 'fp16'} weights)" if weights else ""))
 
 
-def restore(kept: Path, run: Path, started_from: Path) -> bool:
+def restore(kept: Path, run: Path, started_from: Path, scores_only: bool = False) -> bool:
     """Put a fully scored kept run's translation and suite scores back into ``run`` (which must
     not hold a run: a trained run is never touched). False if ``kept`` is not fully scored or was
-    fine-tuned from other weights than ``started_from``."""
+    fine-tuned from other weights than ``started_from`` (``scores_only``: a scored model, no CXMI
+    needed)."""
     if (run / "config.yaml").exists():
         raise SystemExit(f"restore: {run} holds a run; nothing restored")
-    if not all((kept / n).exists() for n in SCORES + COMPARED + ("valid.fr.gz", "started_from.sha256")):
+    needed = tuple(n for n in SCORES if not (scores_only and n == "valid.cxmi.json"))
+    if not all((kept / n).exists() for n in needed + COMPARED + ("valid.fr.gz", "started_from.sha256")):
         return False
     if (kept / "started_from.sha256").read_text().strip() != sha256(started_from):
         print(f"restore: {kept} was fine-tuned from other weights than {started_from}: trained again")
@@ -121,12 +132,15 @@ def main() -> None:
     ap.add_argument("--fp32", action="store_true", help="with --weights: keep the weights in fp32, as trained")
     ap.add_argument("--started-from", type=Path, metavar="W", help="the weights a stage-2 run started from")
     ap.add_argument("--restore", action="store_true", help="the other way: KEPT_DIR RUN_DIR (see above)")
+    ap.add_argument("--scores-only", action="store_true", help="a model scored, not trained, by the queue")
     a = ap.parse_args()
     if a.restore:
         if not a.started_from:
             ap.error("--restore needs --started-from")
-        sys.exit(0 if restore(a.run, a.dest, a.started_from) else 1)
-    keep(a.run, a.dest, a.weights, a.fp32, a.started_from)
+        sys.exit(0 if restore(a.run, a.dest, a.started_from, a.scores_only) else 1)
+    if a.scores_only and (a.weights or not a.started_from):
+        ap.error("--scores-only keeps no weights and needs --started-from")
+    keep(a.run, a.dest, a.weights, a.fp32, a.started_from, a.scores_only)
 
 
 if __name__ == "__main__":

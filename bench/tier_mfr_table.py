@@ -6,7 +6,10 @@ each system uses its context (CXMI on the validation sittings, attention entropi
 document method, what it is significantly better at than the control (difference > 0 with
 p < 0.05: the paired bootstrap's one-sided p for BLEU and chrF, the exact McNemar test's
 two-sided p for the suites) and whether that meets Tier M-fr's target: better on d-BLEU and on
-at least one contrastive suite, with every sentence of every document recovered.
+at least one contrastive suite, with every sentence of every document recovered. The
+context-encoder Transformer, whose sentence weights stay stage 1's, gets a second verdict row
+against stage 1 (its bootstrap from valid.vs_stage1.json, its McNemar tests recomputed from both
+runs' kept per-example suite scores).
 
     python bench/tier_mfr_table.py bench/results/tier_mfr            # Markdown table
     python bench/tier_mfr_table.py --best-other bench/results/tier_mfr   # the best document model
@@ -148,18 +151,34 @@ def better(ev: dict | None, suites: dict[str, dict | None]) -> tuple[list[tuple]
     return yes, [t for t in tests if t not in yes]
 
 
+def against_stage1(root: Path, name: str) -> tuple[dict | None, dict[str, dict | None]]:
+    """``name``'s tests against stage 1 in the shape :func:`better` reads: the bootstrap the queue
+    ran (valid.vs_stage1.json) and exact McNemar tests of the two runs' kept suite decisions."""
+    from docnmt.contrastive import paired_test, read_decisions
+    suites: dict[str, dict | None] = {}
+    for s, _ in SUITES:
+        a, b = root / "stage1" / f"{s}.scores.jsonl", root / name / f"{s}.scores.jsonl"
+        suites[s] = {"against": paired_test(read_decisions(a), read_decisions(b))} \
+            if a.exists() and b.exists() else None
+    return load(root / name / "valid.vs_stage1.json"), suites
+
+
 def verdict_rows(root: Path) -> list[list[str]]:
     out = []
+    cell = lambda tests: "; ".join(f"{label} ({d:+.2f}, p={p:.3f})" for label, d, p in tests)  # noqa: E731
     for name in [r for r in ORDER if r != "control" and (root / r / "valid.json").exists()]:
-        suites = {s: load(root / name / f"{s}.json") for s, _ in SUITES}
-        yes, no = better(load(root / name / "valid.json"), suites)
+        tested = [(NAMES.get(name, name), load(root / name / "valid.json"),
+                   {s: load(root / name / f"{s}.json") for s, _ in SUITES})]
+        if name == "context" and (root / name / "valid.vs_stage1.json").exists():
+            tested.append((NAMES[name] + ", against stage 1 instead", *against_stage1(root, name)))
         cov = load(root / name / "valid.coverage.json")
         recovered = bool(cov) and cov["documents_fully_recovered"] == cov["documents"] and cov["empty_sentences"] == 0
-        won = {label for label, _, _ in yes}
-        target = "d-BLEU" in won and bool(won & {label for _, label in SUITES})
-        cell = lambda tests: "; ".join(f"{label} ({d:+.2f}, p={p:.3f})" for label, d, p in tests)  # noqa: E731
-        out.append([NAMES.get(name, name), cell(yes) or "nothing", cell(no) or "–",
-                    ("yes" if recovered else "no") if cov else "–", "yes" if target and recovered else "no"])
+        for label_row, ev, suites in tested:
+            yes, no = better(ev, suites)
+            won = {label for label, _, _ in yes}
+            target = "d-BLEU" in won and bool(won & {label for _, label in SUITES})
+            out.append([label_row, cell(yes) or "nothing", cell(no) or "–",
+                        ("yes" if recovered else "no") if cov else "–", "yes" if target and recovered else "no"])
     return out
 
 

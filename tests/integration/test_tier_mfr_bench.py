@@ -112,3 +112,43 @@ def test_the_target_verdict_needs_d_bleu_and_a_suite_better_with_every_sentence_
     assert rows[tbl.NAMES["gt"]][1] == "d-BLEU (+0.50, p=0.010); SCAT valid (+5.00, p=0.020)"
     assert "SCAT valid (-5.00, p=0.020)" in rows[tbl.NAMES["doc2doc"]][2]
     assert rows[tbl.NAMES["context"]][3] == "no"
+
+
+def test_a_scored_but_untrained_model_keeps_only_its_scores_and_comes_back_without_cxmi(tmp_path):
+    """Stage 1 is scored as a system (--scores-only): its score files, translation and suite
+    decisions are kept, nothing of the training run, and they come back after runs/ is lost."""
+    run, kept, s1 = scored_run(tmp_path / "stage1", scored=False), tmp_path / "kept", stage1(tmp_path)
+    (run / "config.yaml").unlink()                  # runs/ was lost: scored from the kept weights
+    assert keep("--scores-only", "--started-from", s1, run, kept).returncode == 0
+    assert (kept / "valid.json").exists() and (kept / "valid.fr.gz").exists()
+    assert not (kept / "config.yaml").exists() and not (kept / "training_time.json").exists()
+    assert not (kept / "model.safetensors").exists()
+    assert keep("--restore", "--started-from", s1, kept, tmp_path / "a").returncode == 1     # needs CXMI
+    assert keep("--restore", "--scores-only", "--started-from", s1, kept, tmp_path / "b").returncode == 0
+    assert (tmp_path / "b/valid.fr").read_text() == "une phrase\nune autre\n"
+    assert keep("--scores-only", "--weights", "--started-from", s1, run, kept).returncode != 0
+
+
+def test_the_context_encoder_is_also_judged_against_stage_one(tmp_path):
+    """Its sentence weights are stage 1's: a second verdict row tests it against stage 1, with
+    McNemar tests recomputed from both runs' kept per-example decisions."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tier_mfr_table", ROOT / "bench/tier_mfr_table.py")
+    tbl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tbl)
+    s1, ctx = tmp_path / "stage1", tmp_path / "context"
+    s1.mkdir(), ctx.mkdir()
+    rows = lambda right: "".join(json.dumps({"right": r}) + "\n" for r in right)  # noqa: E731
+    (s1 / "anaphora.scores.jsonl").write_text(rows([False] * 20 + [True] * 20))
+    (ctx / "anaphora.scores.jsonl").write_text(rows([True] * 40))       # 20 more right: p = 2^-19
+    score = {"score": 40.0}
+    both = {"s_bleu": score, "d_bleu": score, "s_chrf": score, "d_chrf": score}
+    (ctx / "valid.json").write_text(json.dumps({**both, "bootstrap": {"d": {"delta": 0.3, "p_value": 0.04}}}))
+    (ctx / "valid.vs_stage1.json").write_text(json.dumps({**both, "bootstrap": {"d": {"delta": -0.6,
+                                                                                       "p_value": 0.001}}}))
+    (ctx / "valid.coverage.json").write_text(json.dumps({"documents": 6, "documents_fully_recovered": 6,
+                                                         "empty_sentences": 0}))
+    out = {r[0]: r for r in tbl.verdict_rows(tmp_path)}
+    assert out[tbl.NAMES["context"]][1] == "nothing"          # worse than the control on d-BLEU
+    vs = out[tbl.NAMES["context"] + ", against stage 1 instead"]
+    assert vs[1] == "d-BLEU (+0.60, p=0.001); Bawden anaphora (+50.00, p=0.000)" and vs[-1] == "yes"
