@@ -26,7 +26,8 @@
 # weights, skipping every run already scored.
 # Usage (from anywhere):   (nohup setsid bash bench/tier_mfr.sh > runs/tier_mfr/queue.log 2>&1 &)
 #   ONLY="control gt"   restrict stage 2 / scoring to these runs;  TRAIN_ONLY=1  skip decoding/scoring
-#   RETRAIN="pt"        train and score these runs again although their scores are kept
+#   RETRAIN="pt"        train and score these runs again although their scores are kept (not stage 1:
+#                       to train it again, remove bench/results/tier_mfr/stage1 and every kept run)
 #   --dry-run           the whole queue on a few Hansard documents with 20 + 10 updates, in
 #                       runs/tier_mfr_dry, kept results in runs/tier_mfr_dry_kept (a few minutes;
 #                       checks every step before the real run; remove runs/tier_mfr_dry and run it
@@ -49,6 +50,7 @@ COMMON=(--save-interval-updates 200 --set train.validate_interval_updates=500 --
 if [ -f "$KEEP/stage1/model.safetensors" ] && [ ! -f "$R/stage1/config.yaml" ]; then
   echo "== stage 1: not in $R; stage 2 starts from the weights kept in $KEEP/stage1"
 else
+  [ -f "$R/stage1/config.yaml" ] || rm -rf "${R:?}/stage1"     # scores of the kept weights, not a run
   step docnmt train "$DATA" --arch sent2sent_small --max-update $STAGE1 --save-dir "$R/stage1" "${COMMON[@]}"
   python bench/tier_mfr_keep.py --weights --fp32 "$R/stage1" "$KEEP/stage1"
 fi
@@ -68,6 +70,12 @@ RUNS=${ONLY:-"control gt doc2doc pt docflat_d stage1 context gt_dls_laa"}     # 
 DECODE=(--beam 5 --lenpen 1.0 --lenpen-style fairseq -q)
 BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
 
+vs_stage1() {   # the context encoder against stage 1 (its sentence weights, without context)
+  [ -f "$R/stage1/valid.fr" ] && [ -f "$R/context/valid.fr" ] || return 0
+  step docnmt evaluate --hyp "$R/context/valid.fr" --ref "$S/valid/hansard.fr" --compare "$R/stage1/valid.fr" \
+                       --json "$1"
+}
+
 score() {   # translate and score one trained run (the control's first: the others are compared with it)
   local name=$1 model=$R/$1 out=$R/$1/valid.fr extra=() against=() base=() suite s
   # stage 1 with runs/ lost: its kept weights (the scores still go to runs/, then are kept)
@@ -78,10 +86,7 @@ score() {   # translate and score one trained run (the control's first: the othe
                          --report "$R/$name/valid.coverage.json"
   [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
   step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" "${against[@]}" --json "$R/$name/valid.json"
-  if [ "$name" = context ] && [ -f "$R/stage1/valid.fr" ]; then     # same sentence weights, without context
-    step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" --compare "$R/stage1/valid.fr" \
-                         --json "$R/$name/valid.vs_stage1.json"
-  fi
+  [ "$name" = context ] && vs_stage1 "$R/$name/valid.vs_stage1.json"
   [ "$name" = stage1 ] || [ -f "$R/$name/valid.cxmi.json" ] \
     || step python bench/tier_mfr_context.py "$model" --src "$S/valid/hansard.en" --ref "$S/valid/hansard.fr"
   for suite in "$BAWDEN/anaphora.json" "$BAWDEN/lexical-choice.json" "$S/suites/scat_yin2021_enfr"; do
@@ -118,6 +123,8 @@ for name in $RUNS; do
   if [ "${TRAIN_ONLY:-0}" != 1 ]; then score "$name"; fi    # (not `|| score`: set -e must hold inside)
 done
 [ "${TRAIN_ONLY:-0}" = 1 ] && exit 0
+# scored before stage 1 was (ONLY=context) or restored without it: the test against stage 1, kept at once
+[ -f "$KEEP/context/valid.vs_stage1.json" ] || [ ! -d "$KEEP/context" ] || vs_stage1 "$KEEP/context/valid.vs_stage1.json"
 best=$(python bench/tier_mfr_table.py --best-other "$KEEP")
 [ -n "$best" ] && python bench/tier_mfr_keep.py --weights "$R/$best" "$KEEP/$best"
 python bench/tier_mfr_table.py "$KEEP" | tee "$KEEP/table.md"

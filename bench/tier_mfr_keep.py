@@ -113,7 +113,7 @@ def restore(kept: Path, run: Path, started_from: Path, scores_only: bool = False
     if not all((kept / n).exists() for n in needed + COMPARED + ("valid.fr.gz", "started_from.sha256")):
         return False
     if (kept / "started_from.sha256").read_text().strip() != sha256(started_from):
-        print(f"restore: {kept} was fine-tuned from other weights than {started_from}: trained again")
+        print(f"restore: {kept} started from (or scored) other weights than {started_from}: done again")
         return False
     run.mkdir(parents=True, exist_ok=True)
     for name in COMPARED:

@@ -380,7 +380,7 @@ class GlobalIndexJoiner(Joiner):
     ``ya </s> … yi </s>``. The index tokens are docnmt's reserved ``<sepI>`` symbols, so DocFlat
     needs no vocabulary of its own and fine-tunes from any docnmt sentence model; past the
     largest (512) the numbering starts again at ``<sep1>`` (docs/methods/docflat.md#df-index-tokens):
-    sentences close enough to share a batch keep distinct, ordered index tokens."""
+    sentences close enough to share a batch keep distinct index tokens, in order except across the wrap."""
 
     def __init__(self, vocab: Vocab, separator: str = "global_index"):
         super().__init__(vocab, "index")
