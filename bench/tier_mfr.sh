@@ -15,7 +15,9 @@
 #            control's translation. Context usage: CXMI on the validation sittings
 #            (bench/tier_mfr_context.py) beside the attention entropies of the last validation.
 #            Stage 1 is scored too (before the context encoder, whose sentence weights are stage
-#            1's: it is also tested against stage 1).
+#            1's). Two systems are also tested against a second baseline, the one their paper's
+#            claim is about (ALSO below): the context encoder against stage 1, G-Transformer + DLS +
+#            LAA against the G-Transformer.
 # Each stage-2 system is scored as soon as it is trained (the control first). Everything resumes:
 # run it again after any interruption (runs/ holds checkpoints every 200 updates); finished steps
 # are skipped. Each run's config, metrics, learning curve, scores, coverage, validation translation
@@ -70,10 +72,11 @@ RUNS=${ONLY:-"control gt doc2doc pt docflat_d stage1 context gt_dls_laa"}     # 
 DECODE=(--beam 5 --lenpen 1.0 --lenpen-style fairseq -q)
 BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
 
-vs_stage1() {   # the context encoder against stage 1 (its sentence weights, without context)
-  [ -f "$R/stage1/valid.fr" ] && [ -f "$R/context/valid.fr" ] || return 0
-  step docnmt evaluate --hyp "$R/context/valid.fr" --ref "$S/valid/hansard.fr" --compare "$R/stage1/valid.fr" \
-                       --json "$1"
+declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt)    # second baselines: valid.vs_<baseline>.json
+also() {   # the paired bootstrap of run $1 against its second baseline, into $2 (when both are translated)
+  local base=${ALSO[$1]:-}
+  [ -n "$base" ] && [ -f "$R/$base/valid.fr" ] && [ -f "$R/$1/valid.fr" ] || return 0
+  step docnmt evaluate --hyp "$R/$1/valid.fr" --ref "$S/valid/hansard.fr" --compare "$R/$base/valid.fr" --json "$2"
 }
 
 score() {   # translate and score one trained run (the control's first: the others are compared with it)
@@ -86,7 +89,7 @@ score() {   # translate and score one trained run (the control's first: the othe
                          --report "$R/$name/valid.coverage.json"
   [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
   step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" "${against[@]}" --json "$R/$name/valid.json"
-  [ "$name" = context ] && vs_stage1 "$R/$name/valid.vs_stage1.json"
+  also "$name" "$R/$name/valid.vs_${ALSO[$name]:-}.json"
   [ "$name" = stage1 ] || [ -f "$R/$name/valid.cxmi.json" ] \
     || step python bench/tier_mfr_context.py "$model" --src "$S/valid/hansard.en" --ref "$S/valid/hansard.fr"
   for suite in "$BAWDEN/anaphora.json" "$BAWDEN/lexical-choice.json" "$S/suites/scat_yin2021_enfr"; do
@@ -123,8 +126,11 @@ for name in $RUNS; do
   if [ "${TRAIN_ONLY:-0}" != 1 ]; then score "$name"; fi    # (not `|| score`: set -e must hold inside)
 done
 [ "${TRAIN_ONLY:-0}" = 1 ] && exit 0
-# scored before stage 1 was (ONLY=context) or restored without it: the test against stage 1, kept at once
-[ -f "$KEEP/context/valid.vs_stage1.json" ] || [ ! -d "$KEEP/context" ] || vs_stage1 "$KEEP/context/valid.vs_stage1.json"
+# scored before their second baseline was (ONLY=...) or restored without it: that test, kept at once
+for name in "${!ALSO[@]}"; do
+  [ -f "$KEEP/$name/valid.vs_${ALSO[$name]}.json" ] || [ ! -d "$KEEP/$name" ] \
+    || also "$name" "$KEEP/$name/valid.vs_${ALSO[$name]}.json"
+done
 best=$(python bench/tier_mfr_table.py --best-other "$KEEP")
 [ -n "$best" ] && python bench/tier_mfr_keep.py --weights "$R/$best" "$KEEP/$best"
 python bench/tier_mfr_table.py "$KEEP" | tee "$KEEP/table.md"

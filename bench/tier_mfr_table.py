@@ -6,10 +6,11 @@ each system uses its context (CXMI on the validation sittings, attention entropi
 document method, what it is significantly better at than the control (difference > 0 with
 p < 0.05: the paired bootstrap's one-sided p for BLEU and chrF, the exact McNemar test's
 two-sided p for the suites) and whether that meets Tier M-fr's target: better on d-BLEU and on
-at least one contrastive suite, with every sentence of every document recovered. The
-context-encoder Transformer, whose sentence weights stay stage 1's, gets a second verdict row
-against stage 1 (its bootstrap from valid.vs_stage1.json, its McNemar tests recomputed from both
-runs' kept per-example suite scores).
+at least one contrastive suite, with every sentence of every document recovered. Two systems get
+a second verdict row against the baseline their paper's claim is about (ALSO): the
+context-encoder Transformer, whose sentence weights stay stage 1's, against stage 1, and
+G-Transformer + DLS + LAA against the G-Transformer (the bootstrap from valid.vs_<baseline>.json,
+the McNemar tests recomputed from both runs' kept per-example suite scores).
 
     python bench/tier_mfr_table.py bench/results/tier_mfr            # Markdown table
     python bench/tier_mfr_table.py --best-other bench/results/tier_mfr   # the best document model
@@ -25,6 +26,7 @@ ORDER = ["control", "doc2doc", "gt", "gt_dls_laa", "pt", "docflat_d", "context"]
 NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (control)", "doc2doc": "Doc2Doc",
          "gt": "G-Transformer (fine-tuned)", "gt_dls_laa": "G-Transformer + DLS + LAA", "pt": "P-Transformer",
          "docflat_d": "DocFlat_D (two-pass)", "context": "context-encoder Transformer"}
+ALSO = {"context": "stage1", "gt_dls_laa": "gt"}     # second baselines (bench/tier_mfr.sh)
 SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
           ("scat_yin2021_enfr", "SCAT valid"))
 
@@ -151,16 +153,16 @@ def better(ev: dict | None, suites: dict[str, dict | None]) -> tuple[list[tuple]
     return yes, [t for t in tests if t not in yes]
 
 
-def against_stage1(root: Path, name: str) -> tuple[dict | None, dict[str, dict | None]]:
-    """``name``'s tests against stage 1 in the shape :func:`better` reads: the bootstrap the queue
-    ran (valid.vs_stage1.json) and exact McNemar tests of the two runs' kept suite decisions."""
+def against(root: Path, name: str, base: str) -> tuple[dict | None, dict[str, dict | None]]:
+    """``name``'s tests against ``base`` in the shape :func:`better` reads: the bootstrap the queue
+    ran (valid.vs_BASE.json) and exact McNemar tests of the two runs' kept suite decisions."""
     from docnmt.contrastive import paired_test, read_decisions
     suites: dict[str, dict | None] = {}
     for s, _ in SUITES:
-        a, b = root / "stage1" / f"{s}.scores.jsonl", root / name / f"{s}.scores.jsonl"
+        a, b = root / base / f"{s}.scores.jsonl", root / name / f"{s}.scores.jsonl"
         suites[s] = {"against": paired_test(read_decisions(a), read_decisions(b))} \
             if a.exists() and b.exists() else None
-    return load(root / name / "valid.vs_stage1.json"), suites
+    return load(root / name / f"valid.vs_{base}.json"), suites
 
 
 def verdict_rows(root: Path) -> list[list[str]]:
@@ -169,8 +171,10 @@ def verdict_rows(root: Path) -> list[list[str]]:
     for name in [r for r in ORDER if r != "control" and (root / r / "valid.json").exists()]:
         tested = [(NAMES.get(name, name), load(root / name / "valid.json"),
                    {s: load(root / name / f"{s}.json") for s, _ in SUITES})]
-        if name == "context" and (root / name / "valid.vs_stage1.json").exists():
-            tested.append((NAMES[name] + ", against stage 1 instead", *against_stage1(root, name)))
+        base = ALSO.get(name)
+        if base and (root / name / f"valid.vs_{base}.json").exists():
+            label = "stage 1" if base == "stage1" else "the " + NAMES[base]
+            tested.append((f"{NAMES[name]}, against {label} instead", *against(root, name, base)))
         cov = load(root / name / "valid.coverage.json")
         recovered = bool(cov) and cov["documents_fully_recovered"] == cov["documents"] and cov["empty_sentences"] == 0
         for label_row, ev, suites in tested:

@@ -129,9 +129,10 @@ def test_a_scored_but_untrained_model_keeps_only_its_scores_and_comes_back_witho
     assert keep("--scores-only", "--weights", "--started-from", s1, run, kept).returncode != 0
 
 
-def test_the_context_encoder_is_also_judged_against_stage_one(tmp_path):
-    """Its sentence weights are stage 1's: a second verdict row tests it against stage 1, with
-    McNemar tests recomputed from both runs' kept per-example decisions."""
+def test_second_baselines_get_their_own_verdict_rows(tmp_path):
+    """The context encoder's sentence weights are stage 1's and DLS + LAA's claim is about
+    G-Transformer: a second verdict row tests each against that baseline, with McNemar tests
+    recomputed from both runs' kept per-example decisions."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("tier_mfr_table", ROOT / "bench/tier_mfr_table.py")
     tbl = importlib.util.module_from_spec(spec)
@@ -148,7 +149,15 @@ def test_the_context_encoder_is_also_judged_against_stage_one(tmp_path):
                                                                                        "p_value": 0.001}}}))
     (ctx / "valid.coverage.json").write_text(json.dumps({"documents": 6, "documents_fully_recovered": 6,
                                                          "empty_sentences": 0}))
+    gt, dls = tmp_path / "gt", tmp_path / "gt_dls_laa"          # and DLS + LAA against G-Transformer
+    gt.mkdir(), dls.mkdir()
+    (gt / "anaphora.scores.jsonl").write_text(rows([True] * 40))
+    (dls / "anaphora.scores.jsonl").write_text(rows([True] * 39 + [False]))
+    (dls / "valid.json").write_text(json.dumps({**both, "bootstrap": {"d": {"delta": -0.5, "p_value": 0.01}}}))
+    (dls / "valid.vs_gt.json").write_text(json.dumps({**both, "bootstrap": {"d": {"delta": 0.2, "p_value": 0.1}}}))
     out = {r[0]: r for r in tbl.verdict_rows(tmp_path)}
     assert out[tbl.NAMES["context"]][1] == "nothing"          # worse than the control on d-BLEU
     vs = out[tbl.NAMES["context"] + ", against stage 1 instead"]
     assert vs[1] == "d-BLEU (+0.60, p=0.001); Bawden anaphora (+50.00, p=0.000)" and vs[-1] == "yes"
+    vs = out[tbl.NAMES["gt_dls_laa"] + ", against the G-Transformer (fine-tuned) instead"]
+    assert vs[1] == "nothing" and vs[2] == "d-BLEU (-0.20, p=0.100); Bawden anaphora (-2.50, p=1.000)"
