@@ -23,7 +23,7 @@
 # are skipped. Each run's config, metrics, learning curve, scores, coverage, validation translation
 # and per-example suite scores are kept in bench/results/tier_mfr/<run>/ (bench/tier_mfr_keep.py),
 # the weights of the control, G-Transformer and the best other document model as fp16
-# safetensors there too, and stage 1's weights (fp32) that every stage-2 run starts from. If runs/
+# safetensors there too, and stage 1's weights (fp16) that every stage-2 run starts from. If runs/
 # is lost (a fresh checkout), the queue goes on from what was kept: stage 2 from the kept stage-1
 # weights, skipping every run already scored.
 # Usage (from anywhere):   (nohup setsid bash bench/tier_mfr.sh > runs/tier_mfr/queue.log 2>&1 &)
@@ -47,14 +47,14 @@ step() { echo "== $(date '+%F %T') $*"; "$@"; }
 
 python -c "import sys; sys.path.insert(0, 'bench'); import common; common.tier_mfr_data('$DATA', enfr=$ENFR)"
 COMMON=(--save-interval-updates 200 --set train.validate_interval_updates=500 --no-progress)
-# stage 1's weights are kept (fp32, as trained) and every stage-2 run starts from that copy, so a
-# lost runs/ (a fresh checkout) costs only what was not kept yet
+# stage 1's weights are kept (fp16, 15 MB: a repository file of fp32 weights would be 31 MB) and every
+# stage-2 run starts from that copy, so a lost runs/ (a fresh checkout) costs only what was not kept yet
 if [ -f "$KEEP/stage1/model.safetensors" ] && [ ! -f "$R/stage1/config.yaml" ]; then
   echo "== stage 1: not in $R; stage 2 starts from the weights kept in $KEEP/stage1"
 else
   [ -f "$R/stage1/config.yaml" ] || rm -rf "${R:?}/stage1"     # scores of the kept weights, not a run
   step docnmt train "$DATA" --arch sent2sent_small --max-update $STAGE1 --save-dir "$R/stage1" "${COMMON[@]}"
-  python bench/tier_mfr_keep.py --weights --fp32 "$R/stage1" "$KEEP/stage1"
+  python bench/tier_mfr_keep.py --weights "$R/stage1" "$KEEP/stage1"
 fi
 S1W=$KEEP/stage1/model.safetensors     # each kept stage-2 run records the hash of what it started from
 
@@ -81,8 +81,8 @@ also() {   # the paired bootstrap of run $1 against its second baseline, into $2
 
 score() {   # translate and score one trained run (the control's first: the others are compared with it)
   local name=$1 model=$R/$1 out=$R/$1/valid.fr extra=() against=() base=() suite s
-  # stage 1 with runs/ lost: its kept weights (the scores still go to runs/, then are kept)
-  [ "$name" = stage1 ] && [ ! -f "$model/config.yaml" ] && model=$KEEP/stage1
+  # stage 1: the kept weights every stage-2 run starts from (the scores still go to runs/, then are kept)
+  [ "$name" = stage1 ] && model=$KEEP/stage1
   mkdir -p "$R/$name"
   [ "$name" = docflat_d ] && extra=(--first-pass "$R/control/valid.fr")    # two-pass: the control is pass 1
   [ -f "$out" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" -o "$out" "${DECODE[@]}" "${extra[@]}" \
