@@ -23,7 +23,6 @@ import gzip
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,26 +48,6 @@ def chats() -> list[list[str]]:
 def rss_mb(pid: int) -> float:
     m = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
     return int(m.group(1)) / 1024
-
-
-def start(model: str, log: Path, flags: list[str]) -> tuple[subprocess.Popen, str]:
-    import httpx
-    cmd = [sys.executable, "-m", "docnmt.cli", "serve", f"bench={model}", "--port", "0", *flags]
-    with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if m := re.search(r" on (http://\S+) ", log.read_text()):
-            try:
-                if httpx.get(m.group(1) + "/healthz", timeout=5).status_code == 200:
-                    return proc, m.group(1)
-            except httpx.TransportError:
-                pass
-        if proc.poll() is not None:
-            sys.exit(f"the server stopped: {log.read_text()}")
-        time.sleep(0.2)
-    proc.kill()
-    sys.exit("the server did not start")
 
 
 def load(url: str, bodies: list[list[dict]], seconds: float, warmup: float) -> dict:
@@ -157,7 +136,8 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     flags = ["--queue", "256", "--log-level", "warning", *a.serve_flags.split()]
     log = Path(tempfile.mkdtemp(prefix="serve-load-")) / "server.log"
-    proc, url = start(a.model, log, flags)
+    from docnmt.serve import spawn
+    proc, url = spawn({"bench": a.model}, log, flags)
     import httpx
     info = httpx.get(url + "/v1/models").json()["models"][0]
     results = {"model": a.model, "model_info": info, "serve_flags": flags, "cores": os.cpu_count(),

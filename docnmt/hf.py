@@ -85,29 +85,35 @@ def layer_names(side: str, i: int) -> list[tuple[str, str]]:
                   (f"{d}.{k}.norm", f"{h}.final_layer_norm")]
 
 
+def name_pairs(cfg: ModelConfig) -> list[tuple[str, str]]:
+    """(docnmt name, Hugging Face name) of every parameter but the embedding tables and the
+    output layer. An attention's docnmt ``in_proj`` stacks three Hugging Face tensors: its
+    Hugging Face name holds ``{}`` where ``q``, ``k`` and ``v`` go."""
+    out = []
+    for side, n in (("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)):
+        if cfg.positions == "learned":
+            out.append((f"{side}.embed.positions.weight", f"model.{side}.embed_positions.weight"))
+        names = []
+        if cfg.embed_norm:
+            names.append((f"{side}.embed.norm", f"model.{side}.layernorm_embedding"))
+        if cfg.pre_norm:
+            names.append((f"{side}.final_norm", f"model.{side}.layer_norm"))
+        for i in range(n):
+            for d, h in layer_names(side, i):
+                names += [(f"{d}.in_proj", f"{h}.{{}}_proj"), (f"{d}.out_proj", f"{h}.out_proj")] \
+                    if d.endswith(".attn") else [(d, h)]
+        out += [(f"{d}.{p}", f"{h}.{p}") for d, h in names for p in ("weight", "bias")]
+    return out
+
+
 def to_docnmt(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """docnmt's state dict of the Hugging Face one ``hf`` (embeddings as they are in ``hf``,
     without docnmt's new rows)."""
     out = {}
-    for side, n in (("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)):
-        table = hf.get(f"model.{side}.embed_tokens.weight", hf.get("model.shared.weight"))
-        out[f"{side}.embed.table.weight"] = table
-        if cfg.positions == "learned":
-            out[f"{side}.embed.positions.weight"] = hf[f"model.{side}.embed_positions.weight"]
-        if cfg.embed_norm:
-            for p in ("weight", "bias"):
-                out[f"{side}.embed.norm.{p}"] = hf[f"model.{side}.layernorm_embedding.{p}"]
-        if cfg.pre_norm:
-            for p in ("weight", "bias"):
-                out[f"{side}.final_norm.{p}"] = hf[f"model.{side}.layer_norm.{p}"]
-        for i in range(n):
-            for d, h in layer_names(side, i):
-                for p in ("weight", "bias"):
-                    if d.endswith(".attn"):
-                        out[f"{d}.in_proj.{p}"] = torch.cat([hf[f"{h}.{x}_proj.{p}"] for x in "qkv"])
-                        out[f"{d}.out_proj.{p}"] = hf[f"{h}.out_proj.{p}"]
-                    else:
-                        out[f"{d}.{p}"] = hf[f"{h}.{p}"]
+    for side in ("encoder", "decoder"):
+        out[f"{side}.embed.table.weight"] = hf.get(f"model.{side}.embed_tokens.weight", hf.get("model.shared.weight"))
+    for d, h in name_pairs(cfg):
+        out[d] = torch.cat([hf[h.format(x)] for x in "qkv"]) if "{}" in h else hf[h]
     if not cfg.tie_output:
         out["output.weight"] = hf["lm_head.weight"]
     if cfg.output_bias:
@@ -121,26 +127,11 @@ def to_hf(sd: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tens
     """The inverse of :func:`to_docnmt`: Hugging Face names (embeddings shared as
     ``model.shared.weight`` when they are)."""
     out = {}
-    for side, n in (("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)):
+    for side in ("encoder", "decoder"):
         table = sd.get(f"{side}.embed.table.weight", sd["encoder.embed.table.weight"])
         out["model.shared.weight" if cfg.share_embeddings else f"model.{side}.embed_tokens.weight"] = table
-        if cfg.positions == "learned":
-            out[f"model.{side}.embed_positions.weight"] = sd[f"{side}.embed.positions.weight"]
-        if cfg.embed_norm:
-            for p in ("weight", "bias"):
-                out[f"model.{side}.layernorm_embedding.{p}"] = sd[f"{side}.embed.norm.{p}"]
-        if cfg.pre_norm:
-            for p in ("weight", "bias"):
-                out[f"model.{side}.layer_norm.{p}"] = sd[f"{side}.final_norm.{p}"]
-        for i in range(n):
-            for d, h in layer_names(side, i):
-                for p in ("weight", "bias"):
-                    if d.endswith(".attn"):
-                        for x, part in zip("qkv", sd[f"{d}.in_proj.{p}"].chunk(3)):
-                            out[f"{h}.{x}_proj.{p}"] = part
-                        out[f"{h}.out_proj.{p}"] = sd[f"{d}.out_proj.{p}"]
-                    else:
-                        out[f"{h}.{p}"] = sd[f"{d}.{p}"]
+    for d, h in name_pairs(cfg):
+        out.update(zip(map(h.format, "qkv"), sd[d].chunk(3)) if "{}" in h else [(h, sd[d])])
     out["lm_head.weight"] = sd["output.weight"] if not cfg.tie_output else out.get(
         "model.shared.weight", out.get("model.decoder.embed_tokens.weight"))
     if cfg.output_bias:

@@ -948,3 +948,32 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, settings
     config = uvicorn.Config(create_app(service), log_level=log_level, access_log=log_level == "debug",
                             timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def spawn(models: dict[str, str], log: Path, flags: list[str] = (), env: dict | None = None,
+          timeout: float = 300) -> tuple:
+    """Start ``docnmt serve NAME=DIR... --port 0 FLAGS`` in a child process, its stderr in
+    ``log``, and wait until ``/healthz`` answers: ``(process, base URL)``. For scripts and tests
+    that need a real server; :class:`DocnmtError` with the log when it stops or does not start."""
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+    cmd = [sys.executable, "-m", "docnmt.cli", "serve", *(f"{k}={v}" for k, v in models.items()),
+           "--port", "0", *flags]
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})})
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if m := re.search(r" on (http://\S+) ", Path(log).read_text()):
+            try:
+                with urllib.request.urlopen(m.group(1) + "/healthz", timeout=5) as r:
+                    if r.status == 200:
+                        return proc, m.group(1)
+            except (urllib.error.URLError, OSError):
+                pass
+        if proc.poll() is not None:
+            raise DocnmtError(f"the server stopped: {Path(log).read_text()}")
+        time.sleep(0.2)
+    proc.kill()
+    raise DocnmtError(f"the server did not start in {timeout:g} s: {Path(log).read_text()}")

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import os
-import re
 import subprocess
 import sys
 import threading
@@ -27,7 +25,7 @@ httpx = pytest.importorskip("httpx")
 from docnmt import readers  # noqa: E402
 from docnmt.config import Config  # noqa: E402
 from docnmt.document import Document  # noqa: E402
-from docnmt.errors import DataError  # noqa: E402
+from docnmt.errors import DataError, DocnmtError  # noqa: E402
 from docnmt.readers import replace_segments  # noqa: E402
 from docnmt.serve import (  # noqa: E402
     Scheduler,
@@ -39,6 +37,7 @@ from docnmt.serve import (  # noqa: E402
     join_text,
     read_upload,
     safe_name,
+    spawn,
     split_text,
 )
 
@@ -410,30 +409,18 @@ def test_serve_refuses_a_missing_model_and_bad_limits(cli_error, tmp_path):
     assert "timeout must be at least 0" in cli_error("serve", tmp_path, "--timeout", "-1")
 
 
+def test_spawn_says_why_a_server_process_stopped(tmp_path):
+    with pytest.raises(DocnmtError, match="the server stopped: .*not a docnmt model directory"):
+        spawn({"m": tmp_path}, tmp_path / "server.log", timeout=60)
+
+
 # --------------------------------------------------------------------------------------------
 # A real server process with tiny trained models
 # --------------------------------------------------------------------------------------------
 
 def start_server(models: dict, log: Path, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
     """``docnmt serve NAME=DIR... --port 0 FLAGS`` in a process of its own; (process, base URL)."""
-    cmd = [sys.executable, "-m", "docnmt.cli", "serve", *(f"{k}={v}" for k, v in models.items()), "--port", "0",
-           *flags]
-    with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
-                                env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        if m := re.search(r" on (http://\S+) ", log.read_text()):
-            try:
-                if httpx.get(m.group(1) + "/healthz", timeout=5).status_code == 200:
-                    return proc, m.group(1)
-            except httpx.TransportError:
-                pass
-        if proc.poll() is not None:
-            raise AssertionError(f"the server stopped: {log.read_text()}")
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError(f"the server did not start: {log.read_text()}")
+    return spawn(models, log, list(flags), env={"OMP_NUM_THREADS": "1", **(env or {})}, timeout=180)
 
 
 def stop_server(proc: subprocess.Popen) -> None:
