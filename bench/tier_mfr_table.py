@@ -15,6 +15,9 @@ the McNemar tests recomputed from both runs' kept per-example suite scores).
     python bench/tier_mfr_table.py bench/results/tier_mfr            # Markdown table
     python bench/tier_mfr_table.py --best-other bench/results/tier_mfr   # the best document model
                                                                      # other than G-Transformer (d-BLEU)
+    python bench/tier_mfr_table.py --plot bench/results/tier_mfr/deltas.png bench/results/tier_mfr
+        # and a figure of every system's difference from the control (and second baseline): d-BLEU
+        # with its 95% bootstrap interval, each contrastive suite's accuracy (filled where p < 0.05)
 """
 from __future__ import annotations
 
@@ -165,24 +168,29 @@ def against(root: Path, name: str, base: str) -> tuple[dict | None, dict[str, di
     return load(root / name / f"valid.vs_{base}.json"), suites
 
 
-def verdict_rows(root: Path) -> list[list[str]]:
-    out = []
-    cell = lambda tests: "; ".join(f"{label} ({d:+.2f}, p={p:.3f})" for label, d, p in tests)  # noqa: E731
+def tested(root: Path):
+    """``(run, row label, scores, suites)`` of every scored document system against the control,
+    and, for a system with a second baseline (ALSO), against that baseline."""
     for name in [r for r in ORDER if r != "control" and (root / r / "valid.json").exists()]:
-        tested = [(NAMES.get(name, name), load(root / name / "valid.json"),
-                   {s: load(root / name / f"{s}.json") for s, _ in SUITES})]
+        yield name, NAMES.get(name, name), load(root / name / "valid.json"), \
+            {s: load(root / name / f"{s}.json") for s, _ in SUITES}
         base = ALSO.get(name)
         if base and (root / name / f"valid.vs_{base}.json").exists():
             label = "stage 1" if base == "stage1" else "the " + NAMES[base]
-            tested.append((f"{NAMES[name]}, against {label} instead", *against(root, name, base)))
+            yield name, f"{NAMES[name]}, against {label} instead", *against(root, name, base)
+
+
+def verdict_rows(root: Path) -> list[list[str]]:
+    out = []
+    cell = lambda tests: "; ".join(f"{label} ({d:+.2f}, p={p:.3f})" for label, d, p in tests)  # noqa: E731
+    for name, label_row, ev, suites in tested(root):
         cov = load(root / name / "valid.coverage.json")
         recovered = bool(cov) and cov["documents_fully_recovered"] == cov["documents"] and cov["empty_sentences"] == 0
-        for label_row, ev, suites in tested:
-            yes, no = better(ev, suites)
-            won = {label for label, _, _ in yes}
-            target = "d-BLEU" in won and bool(won & {label for _, label in SUITES})
-            out.append([label_row, cell(yes) or "nothing", cell(no) or "–",
-                        ("yes" if recovered else "no") if cov else "–", "yes" if target and recovered else "no"])
+        yes, no = better(ev, suites)
+        won = {label for label, _, _ in yes}
+        target = "d-BLEU" in won and bool(won & {label for _, label in SUITES})
+        out.append([label_row, cell(yes) or "nothing", cell(no) or "–",
+                    ("yes" if recovered else "no") if cov else "–", "yes" if target and recovered else "no"])
     return out
 
 
@@ -209,11 +217,66 @@ def best_other(root: Path) -> str:
     return name
 
 
+def deltas(root: Path) -> list[tuple[str, tuple | None, list[tuple]]]:
+    """Per tested system (the verdict table's rows): its d-BLEU difference from its baseline with the
+    95% bootstrap interval, ``(Δ, low, high, p)`` or None, and ``(suite index, Δ points, p)`` per
+    scored suite."""
+    out = []
+    for _, label, ev, suites in tested(root):
+        t = ((ev or {}).get("bootstrap") or {}).get("d")
+        # evaluate --hyp SYSTEM --compare BASELINE: delta and interval are baseline - system
+        bleu = (-t["delta"], -t["ci95_b_minus_a"][1], -t["ci95_b_minus_a"][0], t["p_value"]) \
+            if t and "ci95_b_minus_a" in t else None
+        marks = [(k, 100 * r["against"]["delta"], r["against"]["p_value"])
+                 for k, (s, _) in enumerate(SUITES) if (r := suites.get(s)) and "against" in r]
+        out.append((label, bleu, marks))
+    return out
+
+
+def plot(root: Path, path: Path) -> None:
+    """Two panels, one row per tested system: d-BLEU minus the baseline's with its 95% paired
+    bootstrap interval, filled where its p < 0.05; each suite's accuracy minus the baseline's, filled
+    where the McNemar p < 0.05 (filled on the left of 0: significantly worse)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows_ = deltas(root)
+    if not rows_:
+        raise SystemExit(f"{root}: no scored document system to plot")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.5 * len(rows_) + 1.6), sharey=True)
+    ys = list(range(len(rows_)))[::-1]
+    for y, (_, bleu, marks) in zip(ys, rows_):
+        if bleu:
+            d, lo, hi, p = bleu
+            left.errorbar([d], [y], xerr=[[d - lo], [hi - d]], fmt="o", color="C0", capsize=3,
+                          mfc="C0" if p < ALPHA else "white")
+        for k, d, p in marks:
+            right.plot([d], [y + 0.15 * (k - 1)], "os^"[k], color=f"C{k + 1}",
+                       mfc=f"C{k + 1}" if p < ALPHA else "white")
+    for k, (_, s_label) in enumerate(SUITES):
+        right.plot([], [], "os^"[k], color=f"C{k + 1}", label=s_label)
+    fig.legend(*right.get_legend_handles_labels(), fontsize=8, loc="lower right", ncol=3)
+    for ax, xlabel in ((left, "d-BLEU − baseline (95% bootstrap interval)"),
+                       (right, "suite accuracy − baseline (points)")):
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_xlabel(xlabel, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    left.set_yticks(ys, [label for label, _, _ in rows_], fontsize=8)
+    fig.suptitle("Tier M-fr: each system against the control (or the named baseline); "
+                 "filled: p < 0.05", fontsize=9)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", type=Path, nargs="?", default=Path(__file__).parent / "results" / "tier_mfr")
     ap.add_argument("--best-other", action="store_true")
+    ap.add_argument("--plot", type=Path, metavar="PNG", help="also draw every system's differences from the control")
     a = ap.parse_args()
+    if a.plot:
+        plot(a.root, a.plot)
     print(best_other(a.root) if a.best_other else markdown(a.root))
 
 

@@ -161,3 +161,22 @@ def test_second_baselines_get_their_own_verdict_rows(tmp_path):
     assert vs[1] == "d-BLEU (+0.60, p=0.001); Bawden anaphora (+50.00, p=0.000)" and vs[-1] == "yes"
     vs = out[tbl.NAMES["gt_dls_laa"] + ", against the G-Transformer (fine-tuned) instead"]
     assert vs[1] == "nothing" and vs[2] == "d-BLEU (-0.20, p=0.100); Bawden anaphora (-2.50, p=1.000)"
+
+
+def test_the_figure_shows_system_minus_baseline_with_the_bootstrap_interval(tmp_path):
+    """bench/tier_mfr_table.py --plot: evaluate's bootstrap is baseline − system, so the figure's
+    difference and interval are negated and swapped; suites keep their place in the legend."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tier_mfr_table", ROOT / "bench/tier_mfr_table.py")
+    tbl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tbl)
+    gt = tmp_path / "gt"
+    gt.mkdir()
+    score = {"score": 40.0}
+    (gt / "valid.json").write_text(json.dumps({"s_bleu": score, "d_bleu": score, "bootstrap": {
+        "d": {"delta": -0.5, "p_value": 0.01, "ci95_b_minus_a": [-0.9, -0.1]}}}))
+    (gt / "scat_yin2021_enfr.json").write_text(json.dumps({"accuracy": 0.6, "against": {"delta": 0.05,
+                                                                                          "p_value": 0.02}}))
+    assert tbl.deltas(tmp_path) == [(tbl.NAMES["gt"], (0.5, 0.1, 0.9, 0.01), [(2, 5.0, 0.02)])]
+    tbl.plot(tmp_path, tmp_path / "deltas.png")
+    assert (tmp_path / "deltas.png").read_bytes()[:4] == b"\x89PNG"
