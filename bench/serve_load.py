@@ -136,8 +136,12 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     flags = ["--queue", "256", "--log-level", "warning", *a.serve_flags.split()]
     log = Path(tempfile.mkdtemp(prefix="serve-load-")) / "server.log"
+    from docnmt.errors import DocnmtError
     from docnmt.serve import spawn
-    proc, url = spawn({"bench": a.model}, log, flags)
+    try:
+        proc, url = spawn({"bench": a.model}, log, flags)
+    except DocnmtError as e:
+        sys.exit(str(e))
     import httpx
     info = httpx.get(url + "/v1/models").json()["models"][0]
     results = {"model": a.model, "model_info": info, "serve_flags": flags, "cores": os.cpu_count(),

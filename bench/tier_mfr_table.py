@@ -248,7 +248,7 @@ def plot(root: Path, path: Path) -> None:
     for y, (_, bleu, marks) in zip(ys, rows_):
         if bleu:
             d, lo, hi, p = bleu
-            left.errorbar([d], [y], xerr=[[d - lo], [hi - d]], fmt="o", color="C0", capsize=3,
+            left.errorbar([d], [y], xerr=[[max(0.0, d - lo)], [max(0.0, hi - d)]], fmt="o", color="C0", capsize=3,
                           mfc="C0" if p < ALPHA else "white")
         for k, d, p in marks:
             right.plot([d], [y + 0.15 * (k - 1)], "os^"[k], color=f"C{k + 1}",
@@ -273,7 +273,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", type=Path, nargs="?", default=Path(__file__).parent / "results" / "tier_mfr")
     ap.add_argument("--best-other", action="store_true")
-    ap.add_argument("--plot", type=Path, metavar="PNG", help="also draw every system's differences from the control")
+    ap.add_argument("--plot", type=Path, metavar="PNG", help="also draw every system's differences from the control and second baselines")
     a = ap.parse_args()
     if a.plot:
         plot(a.root, a.plot)

@@ -410,7 +410,7 @@ def test_serve_refuses_a_missing_model_and_bad_limits(cli_error, tmp_path):
 
 
 def test_spawn_says_why_a_server_process_stopped(tmp_path):
-    with pytest.raises(DocnmtError, match="the server stopped: .*not a docnmt model directory"):
+    with pytest.raises(DocnmtError, match="(?s)the server stopped: .*not a docnmt model directory"):
         spawn({"m": tmp_path}, tmp_path / "server.log", timeout=60)
 
 
