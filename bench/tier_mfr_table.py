@@ -273,7 +273,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", type=Path, nargs="?", default=Path(__file__).parent / "results" / "tier_mfr")
     ap.add_argument("--best-other", action="store_true")
-    ap.add_argument("--plot", type=Path, metavar="PNG", help="also draw every system's differences from the control and second baselines")
+    ap.add_argument("--plot", type=Path, metavar="PNG",
+                    help="also draw every system's differences from the control and second baselines")
     a = ap.parse_args()
     if a.plot:
         plot(a.root, a.plot)
