@@ -59,6 +59,8 @@ class GTransformerOptions:
     combined_cross: int = 2         # the same for cross-attention
     group_ablation: str = "none"    # none | only_group | only_global | no_target_context | no_source_context
                                     # | no_language_locality | no_translation_locality
+    sentence_positions: bool = False  # positions restart in every sentence, plus a learned sentence-index vector
+                                      # that starts at zero (docnmt's; docs/methods/gtransformer.md#positions)
 
     def __post_init__(self):
         if self.group_ablation not in ABLATIONS:
@@ -150,8 +152,41 @@ def layer_builders(opts: GTransformerOptions):
     return encoder_layer, decoder_layer
 
 
+def positions_in_sentence(tokens: Tensor, bos: int) -> Tensor:
+    """Each token's position in its own sentence: 0 at the sentence's ``<s>``, counting on to its
+    ``</s>``; a token before the first ``<s>`` (the decoder's EOD) counts from the start."""
+    t = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)
+    return t - torch.where(tokens.eq(bos), t, torch.zeros_like(t)).cummax(-1).values
+
+
+class SentencePositionsTransformer(Transformer):
+    """The G-Transformer with ``sentence_positions: true``: every sentence's tokens take the positions a
+    sentence model gives them (0 at its ``<s>``), so the local attention of a model fine-tuned from
+    a sentence model sees what it was trained on, and the order of the sentences comes from a
+    learned vector per sentence index (its group tag), added to the input and zero at the start:
+    before fine-tuning, the group attention computes exactly the sentence model's states."""
+
+    def __init__(self, cfg: ModelConfig, policy: GroupAttentionPolicy, encoder_layer, decoder_layer):
+        super().__init__(cfg, policy, encoder_layer, decoder_layer)
+        self.sentence_embed = torch.nn.Embedding(cfg.max_positions, cfg.d_model)
+        torch.nn.init.zeros_(self.sentence_embed.weight)
+
+    def _embed(self, embed, tokens: Tensor, offset: int) -> Tensor:
+        x = embed(tokens, dropout=False, at=positions_in_sentence(tokens, self.policy.bos))
+        tags = self.policy.tags(tokens).clamp(max=self.sentence_embed.num_embeddings - 1)
+        x = x + self.sentence_embed(tags).to(x.dtype)
+        return embed.dropout(x[:, offset:])
+
+    def embed_source(self, src: Tensor, extra: dict) -> Tensor:
+        return self._embed(self.encoder.embed, src, 0)
+
+    def embed_target(self, tgt_in: Tensor, offset: int, enc) -> Tensor:
+        return self._embed(self.decoder.embed, tgt_in, offset)      # positions from the whole prefix
+
+
 def build(cfg: ModelConfig, opts: GTransformerOptions, bos: int, eod: int) -> Transformer:
-    return Transformer(cfg, GroupAttentionPolicy(cfg, bos, eod), *layer_builders(opts))
+    model = SentencePositionsTransformer if opts.sentence_positions else Transformer
+    return model(cfg, GroupAttentionPolicy(cfg, bos, eod), *layer_builders(opts))
 
 
 class FrameConstraint:

@@ -22,9 +22,10 @@ from docnmt.methods.gtransformer import (
     GTransformerOptions,
     build,
     group_tags,
+    positions_in_sentence,
 )
 from docnmt.methods.length_bias import LengthAwareScale
-from docnmt.model import AttentionSublayer, ModelConfig, State
+from docnmt.model import AttentionSublayer, ModelConfig, State, Transformer
 from docnmt.readers import read_documents
 from docnmt.search import SearchConfig, beam_search
 from docnmt.train import Trainer
@@ -219,6 +220,47 @@ def test_sentences_do_not_see_each_other_below_the_combined_layers():
     torch.testing.assert_close(da[:, 1:5], db[:, 1:5])    # position 0 (EOD, tag 0) sees every sentence
 
 
+# ---- positions (docs/methods/gtransformer.md#positions) --------------------------------------
+
+def test_sentence_positions_restart_at_every_sentence():
+    src = torch.tensor([doc(3, 2)])
+    assert positions_in_sentence(src, BOS).tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3]]
+    tgt = torch.tensor([[EOD] + doc(1, 2)[:-1]])
+    assert positions_in_sentence(tgt, BOS).tolist() == [[0, 0, 1, 2, 0, 1, 2]]
+
+
+@pytest.mark.parametrize("positions", ["sentence", "document"])
+def test_sentence_positions_start_from_the_sentence_models_states(positions):
+    """Initialised from a sentence model (docs/methods/gtransformer.md#positions), a
+    G-Transformer with ``sentence_positions: true`` computes, in every sentence of a document, the
+    sentence model's states for that sentence alone, until the sentence-index vectors train away
+    from zero; with the paper's document positions the second sentence's states differ."""
+    torch.manual_seed(0)
+    sentence_model = Transformer(CFG).eval()
+    model = build(CFG, GTransformerOptions(group_ablation="only_group", sentence_positions=positions == "sentence"),
+                  BOS, EOD).eval()
+    missing = model.load_state_dict(sentence_model.state_dict(), strict=False).missing_keys
+    assert missing == (["sentence_embed.weight"] if positions == "sentence" else [])
+    src, tgt = torch.tensor([doc(3, 4)]), torch.tensor([[EOD] + doc(2, 3)[:-1]])
+    second_src, second_tgt = src[:, 5:], tgt[:, 5:]                         # <s> x2 </s>, <s> y2
+    with torch.no_grad():
+        alone = sentence_model.decode(second_tgt, sentence_model.encode(second_src))
+        enc = model.encode(src)
+        in_document = model.decode(tgt, enc)[:, 5:]
+        same = torch.allclose(enc.memory[:, 5:], sentence_model.encode(second_src).memory, atol=1e-5) and \
+            torch.allclose(in_document, alone, atol=1e-5)
+        assert same == (positions == "sentence")
+        if positions == "sentence":
+            torch.nn.init.normal_(model.sentence_embed.weight)
+            assert not torch.allclose(model.decode(tgt, model.encode(src))[:, 5:], alone, atol=1e-3)
+
+
+def test_sentence_positions_is_a_method_setting():
+    cfg = tiny_config("doc2doc").override({"method.name": "gtransformer", "data.separator": "group",
+                                           "method.sentence_positions": "true"})
+    assert cfg.method.sentence_positions is True and cfg.model.positions == "sinusoidal"
+
+
 # ---- incremental decoding with dynamic tags equals the full pass -----------------------------
 
 def count_calls(monkeypatch, kernel: str) -> list:
@@ -230,14 +272,18 @@ def count_calls(monkeypatch, kernel: str) -> list:
     return calls
 
 
-@pytest.mark.parametrize("length_aware", [False, True])
-def test_incremental_decoding_equals_full_forward(length_aware, monkeypatch):
+@pytest.mark.parametrize("length_aware,positions", [(False, "document"), (True, "document"), (False, "sentence")])
+def test_incremental_decoding_equals_full_forward(length_aware, positions, monkeypatch):
     """Step by step (one query: the explicit softmax) equals the full teacher-forced pass through
     the sentence-block kernel (``attention_grouped``, which training uses: gradients enabled),
     also with length-aware attention on top (G-Trans + LAA,
-    docs/methods/length_bias.md#g-transformer-with-dls-and-laa)."""
+    docs/methods/length_bias.md#g-transformer-with-dls-and-laa) and with positions that restart
+    in every sentence (taken from the whole prefix at every step)."""
     torch.manual_seed(0)
-    model = build(CFG, OPTS, BOS, EOD).eval()
+    model = build(CFG, GTransformerOptions(combined_enc_self=2, combined_dec_self=2, combined_cross=2,
+                                           sentence_positions=positions == "sentence"), BOS, EOD).eval()
+    if positions == "sentence":
+        torch.nn.init.normal_(model.sentence_embed.weight)       # trained sentence-index vectors
     if length_aware:
         model.length_scale = LengthAwareScale()
         model.set_training_lengths(9, 14)
