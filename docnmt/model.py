@@ -353,9 +353,8 @@ class Embedding(nn.Module):
             self.norm = nn.LayerNorm(cfg.d_model)
 
     def forward(self, tokens: Tensor, offset: int = 0, dropout: bool = True, at: Tensor | None = None) -> Tensor:
-        """``at``: each token's own position (B, n) instead of ``offset``, ``offset + 1``, …"""
-        pos = self.positions(tokens.size(1), offset) if at is None or not at.numel() else \
-            self.positions(int(at.max()) + 1)[at]
+        """``at``: each token's own position (B, n), each below n, instead of ``offset``, ``offset + 1``, …"""
+        pos = self.positions(tokens.size(1), offset) if at is None else self.positions(tokens.size(1))[at]
         x = self.table(tokens) * self.scale + pos.to(self.table.weight.dtype)
         if hasattr(self, "norm"):
             x = self.norm(x)

@@ -152,36 +152,41 @@ def layer_builders(opts: GTransformerOptions):
     return encoder_layer, decoder_layer
 
 
-def positions_in_sentence(tokens: Tensor, bos: int) -> Tensor:
-    """Each token's position in its own sentence: 0 at the sentence's ``<s>``, counting on to its
-    ``</s>``; a token before the first ``<s>`` (the decoder's EOD) counts from the start."""
+def positions_in_sentence(tokens: Tensor, bos: int, first_word: int) -> Tensor:
+    """Each token's position in its own sentence, counted as docnmt's plain sentence format counts
+    it: the first word at ``first_word`` (0 on the source side, whose plain format is ``x </s>``;
+    1 in the decoder input ``<s> y``), the sentence's ``<s>`` at ``first_word - 1`` or 0, and a
+    token before the first ``<s>`` (the decoder's EOD) from the start."""
     t = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)
-    return t - torch.where(tokens.eq(bos), t, torch.zeros_like(t)).cummax(-1).values
+    start = torch.where(tokens.eq(bos), t, torch.zeros_like(t)).cummax(-1).values
+    in_sentence = tokens.eq(bos).cumsum(-1) > 0
+    return torch.where(in_sentence, (t - start - 1 + first_word).clamp(min=0), t)
 
 
 class SentencePositionsTransformer(Transformer):
-    """The G-Transformer with ``sentence_positions: true``: every sentence's tokens take the positions a
-    sentence model gives them (0 at its ``<s>``), so the local attention of a model fine-tuned from
-    a sentence model sees what it was trained on, and the order of the sentences comes from a
-    learned vector per sentence index (its group tag), added to the input and zero at the start:
-    before fine-tuning, the group attention computes exactly the sentence model's states."""
+    """The G-Transformer with ``sentence_positions: true``: every sentence's words take the
+    positions a plain sentence model gives them (source words from 0, the decoder's ``<s>`` at 0),
+    so the local attention of a model fine-tuned from a sentence model reads the position vectors
+    it was trained with, and the order of the sentences comes from a learned vector per sentence
+    index (its group tag), added to the input and zero at the start: below the combined layers,
+    every sentence of a document is then computed as if it were alone."""
 
     def __init__(self, cfg: ModelConfig, policy: GroupAttentionPolicy, encoder_layer, decoder_layer):
         super().__init__(cfg, policy, encoder_layer, decoder_layer)
         self.sentence_embed = torch.nn.Embedding(cfg.max_positions, cfg.d_model)
         torch.nn.init.zeros_(self.sentence_embed.weight)
 
-    def _embed(self, embed, tokens: Tensor, offset: int) -> Tensor:
-        x = embed(tokens, dropout=False, at=positions_in_sentence(tokens, self.policy.bos))
+    def _embed(self, embed, tokens: Tensor, offset: int, first_word: int) -> Tensor:
+        x = embed(tokens, dropout=False, at=positions_in_sentence(tokens, self.policy.bos, first_word))
         tags = self.policy.tags(tokens).clamp(max=self.sentence_embed.num_embeddings - 1)
         x = x + self.sentence_embed(tags).to(x.dtype)
         return embed.dropout(x[:, offset:])
 
     def embed_source(self, src: Tensor, extra: dict) -> Tensor:
-        return self._embed(self.encoder.embed, src, 0)
+        return self._embed(self.encoder.embed, src, 0, first_word=0)
 
     def embed_target(self, tgt_in: Tensor, offset: int, enc) -> Tensor:
-        return self._embed(self.decoder.embed, tgt_in, offset)      # positions from the whole prefix
+        return self._embed(self.decoder.embed, tgt_in, offset, first_word=1)    # positions from the whole prefix
 
 
 def build(cfg: ModelConfig, opts: GTransformerOptions, bos: int, eod: int) -> Transformer:

@@ -25,7 +25,7 @@ from docnmt.methods.gtransformer import (
     positions_in_sentence,
 )
 from docnmt.methods.length_bias import LengthAwareScale
-from docnmt.model import AttentionSublayer, ModelConfig, State, Transformer
+from docnmt.model import AttentionSublayer, ModelConfig, State
 from docnmt.readers import read_documents
 from docnmt.search import SearchConfig, beam_search
 from docnmt.train import Trainer
@@ -222,32 +222,30 @@ def test_sentences_do_not_see_each_other_below_the_combined_layers():
 
 # ---- positions (docs/methods/gtransformer.md#positions) --------------------------------------
 
-def test_sentence_positions_restart_at_every_sentence():
+def test_sentence_positions_count_as_the_plain_sentence_format():
+    """Source words from 0 (plain source ``x </s>``; the sentence's ``<s>`` shares 0), the
+    decoder's ``<s>`` at 0 (plain decoder input ``<s> y``), the leading EOD at 0."""
     src = torch.tensor([doc(3, 2)])
-    assert positions_in_sentence(src, BOS).tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3]]
+    assert positions_in_sentence(src, BOS, first_word=0).tolist() == [[0, 0, 1, 2, 3, 0, 0, 1, 2]]
     tgt = torch.tensor([[EOD] + doc(1, 2)[:-1]])
-    assert positions_in_sentence(tgt, BOS).tolist() == [[0, 0, 1, 2, 0, 1, 2]]
+    assert positions_in_sentence(tgt, BOS, first_word=1).tolist() == [[0, 0, 1, 2, 0, 1, 2]]
 
 
 @pytest.mark.parametrize("positions", ["sentence", "document"])
-def test_sentence_positions_start_from_the_sentence_models_states(positions):
-    """Initialised from a sentence model (docs/methods/gtransformer.md#positions), a
-    G-Transformer with ``sentence_positions: true`` computes, in every sentence of a document, the
-    sentence model's states for that sentence alone, until the sentence-index vectors train away
-    from zero; with the paper's document positions the second sentence's states differ."""
+def test_with_sentence_positions_every_sentence_starts_as_if_alone(positions):
+    """With ``sentence_positions: true`` (docs/methods/gtransformer.md#positions) and the
+    sentence-index vectors still at zero, group attention computes the second sentence of a
+    document exactly as the same sentence alone in a one-sentence document; with the paper's
+    document positions it does not, and once the sentence-index vectors move, neither."""
     torch.manual_seed(0)
-    sentence_model = Transformer(CFG).eval()
     model = build(CFG, GTransformerOptions(group_ablation="only_group", sentence_positions=positions == "sentence"),
                   BOS, EOD).eval()
-    missing = model.load_state_dict(sentence_model.state_dict(), strict=False).missing_keys
-    assert missing == (["sentence_embed.weight"] if positions == "sentence" else [])
     src, tgt = torch.tensor([doc(3, 4)]), torch.tensor([[EOD] + doc(2, 3)[:-1]])
-    second_src, second_tgt = src[:, 5:], tgt[:, 5:]                         # <s> x2 </s>, <s> y2
+    alone_src, alone_tgt = src[:, 5:], torch.cat([tgt[:, :1], tgt[:, 5:]], 1)     # <s> x2 </s>; EOD <s> y2
     with torch.no_grad():
-        alone = sentence_model.decode(second_tgt, sentence_model.encode(second_src))
-        enc = model.encode(src)
-        in_document = model.decode(tgt, enc)[:, 5:]
-        same = torch.allclose(enc.memory[:, 5:], sentence_model.encode(second_src).memory, atol=1e-5) and \
+        enc, alone_enc = model.encode(src), model.encode(alone_src)
+        in_document, alone = model.decode(tgt, enc)[:, 5:], model.decode(alone_tgt, alone_enc)[:, 1:]
+        same = torch.allclose(enc.memory[:, 5:], alone_enc.memory, atol=1e-5) and \
             torch.allclose(in_document, alone, atol=1e-5)
         assert same == (positions == "sentence")
         if positions == "sentence":
