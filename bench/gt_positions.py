@@ -48,10 +48,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     vocab = Vocab.load(args.data)
+    corpus = load_corpus(args.data, "valid", len(vocab))
     rows = []
     for positions in ("document", "sentence"):
         cfg = Config.load(args.preset).override({"method.sentence_positions": positions == "sentence"})
-        corpus = load_corpus(args.data, "valid", len(vocab))
         valid = InstanceSet(corpus, build_instances(corpus, cfg.data, training=False),
                             methods.data_joiner(vocab, cfg.data))
         torch.manual_seed(cfg.train.seed)
