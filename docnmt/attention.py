@@ -357,7 +357,7 @@ def attention_grouped(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: 
     return out.view(B, nq, h, d).transpose(1, 2)
 
 
-_FLEX = None
+_FLEX = _BLOCK_MASK = None
 
 
 def attention_flex(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tensor:
@@ -365,10 +365,12 @@ def attention_flex(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tensor:
     skipped (the CUDA path; compiled there, eager elsewhere). The mask is ``spec.visible``, or for
     group attention one built from the tags, key padding and causality (the semantics of
     :func:`attention_grouped`). No attention dropout, no bias."""
-    global _FLEX
+    global _FLEX, _BLOCK_MASK
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     if _FLEX is None:
         _FLEX = torch.compile(flex_attention) if q.is_cuda else flex_attention
+        # lengths change with every batch: compiled for dynamic shapes from the start
+        _BLOCK_MASK = torch.compile(create_block_mask, dynamic=True) if q.is_cuda else create_block_mask
     B, nq, nk = q.size(0), q.size(2), k.size(2)
     # one block mask per spec and shape, i.e. per attention kind and forward pass (every layer
     # shares the spec); compiled on CUDA, so it is built tile by tile, never as a dense B×nq×nk mask
@@ -376,25 +378,26 @@ def attention_flex(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tensor:
     block_mask = masks.get((B, nq, nk))
     if block_mask is None:
         visible = spec.visible or _group_visible(spec, B, nq, nk)
-        block_mask = masks[B, nq, nk] = create_block_mask(visible, B, None, nq, nk, device=q.device,
-                                                          _compile=q.is_cuda)
+        block_mask = masks[B, nq, nk] = _BLOCK_MASK(visible, B, None, nq, nk, device=q.device)
     if spec.scale is not None:
         q = q * spec.scale.to(q.dtype)
     return _FLEX(q, k, v, block_mask=block_mask)
 
 
 def _group_visible(spec: AttnSpec, B: int, nq: int, nk: int) -> Callable:
-    """The mask_mod of group attention: own group (or an untagged query), real keys, causal."""
-    (q_tags, k_tags), shift, causal = spec.groups, nk - nq, spec.is_causal
-    key_ok = None if spec.mask is None else ~spec.mask.expand(B, 1, 1, nk)[:, 0, 0]
+    """The mask_mod of group attention: own group (or an untagged query), real keys, causal.
+
+    Everything it closes over is a tensor: ``torch.compile`` specialises on the Python constants a
+    closure holds, and one compile per attention kind and length difference used up its recompile
+    limit within a few batches (then FlexAttention falls back to materialising every score)."""
+    q_tags, k_tags = spec.groups
+    key_ok = (torch.ones(B, nk, dtype=torch.bool, device=q_tags.device) if spec.mask is None
+              else ~spec.mask.expand(B, 1, 1, nk)[:, 0, 0])
+    # causal: key j is visible to query i up to i + (nk - nq); otherwise the bound nk lets every key through
+    bound = torch.tensor(nk - nq if spec.is_causal else nk, device=q_tags.device)
 
     def visible(b, h, i, j):
-        ok = (q_tags[b, i] == k_tags[b, j]) | (q_tags[b, i] == 0)
-        if key_ok is not None:
-            ok = ok & key_ok[b, j]
-        if causal:
-            ok = ok & (j <= i + shift)
-        return ok
+        return ((q_tags[b, i] == k_tags[b, j]) | (q_tags[b, i] == 0)) & key_ok[b, j] & (j <= i + bound)
     return visible
 
 

@@ -83,6 +83,39 @@ def test_grouped_attention_equals_dense_masked_attention(kind):
         torch.testing.assert_close(flex, results[1][0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
+def test_group_block_masks_compile_once_for_every_kind_and_length(monkeypatch):
+    """On CUDA a block mask is built, compiled, for every batch shape and attention kind. The mask
+    function must hold no Python constant (causality, length difference) that torch.compile would
+    specialise on: that used up the recompile limit within a few batches on an H200, and
+    FlexAttention then materialised every score. The compiled masks equal the eager ones."""
+    import random
+
+    import torch._dynamo
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from docnmt.attention import _group_visible
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 5)
+    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
+    torch._dynamo.reset()
+    build = torch.compile(create_block_mask, dynamic=True)
+    rng = random.Random(0)
+    for step in range(10):
+        n, b = rng.randint(30, 600), rng.randint(1, 3)
+        for kind in ("group", "causal", "cross"):
+            n_k = n + (rng.randint(1, 50) if kind == "cross" else 0)
+            tags = lambda length, every: (torch.arange(length) // every + 1).expand(b, length)  # noqa: E731
+            pad = torch.zeros(b, 1, 1, n_k, dtype=torch.bool)
+            pad[..., int(n_k * 0.9):] = True
+            spec = AttnSpec(mask=None if kind == "causal" else pad, groups=(tags(n, 27), tags(n_k, 30)),
+                            is_causal=kind == "causal")
+            mask = build(_group_visible(spec, b, n, n_k), b, None, n, n_k, device="cpu")
+            if step < 2:
+                want = create_block_mask(_group_visible(spec, b, n, n_k), b, None, n, n_k, device="cpu")
+                assert torch.equal(mask.to_dense(), want.to_dense()), kind
+    torch._dynamo.reset()
+
+
 def test_bf16_attention_gradients_close_to_fp32():
     """On CPU, bf16 training attention is computed in fp32 (the bf16 backward kernel is slow)."""
     q, k, v = (t.requires_grad_() for t in rand_qkv(nq=7))

@@ -7,7 +7,9 @@ cd "$(dirname "$0")/../.."
 OUT=${1:?usage: bench/gpu/run.sh OUTDIR [run.py options]}
 shift
 mkdir -p "$OUT"
-if ! python3 -c "import docnmt" 2>/dev/null; then
+# the stages run scripts from bench/gpu/, where the repository root is not on sys.path
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if ! (cd / && python3 -c "import docnmt") 2>/dev/null; then
   pip install -q --no-deps --no-build-isolation -e . >> "$OUT/log.txt" 2>&1 || echo "docnmt install failed" | tee -a "$OUT/log.txt"
 fi
 python3 bench/gpu/run.py "$OUT" "$@"

@@ -3,7 +3,7 @@ G-Transformer fine-tuned from it, each for a fixed share of the stage's minutes;
 the carried validation sittings (s-/d-BLEU, paired bootstrap) and the Bawden and SCAT suites
 (exact McNemar), the G-Transformer against the sentence model.
 
-    python bench/gpu/tierl.py OUTDIR [--budget 210] [--dry-run]
+    python bench/gpu/tierl.py OUTDIR [--budget 240] [--dry-run]
 
 Every step is a ``docnmt`` command, as a user would run it; its output goes to the log. The
 outputs (translations, coverage reports, evaluation and suite JSON, per-candidate scores,
@@ -27,14 +27,14 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 # shares of the stage budget: sentence model, G-Transformer; the rest decodes and scores
-SHARES = {"sent": 0.42, "gt": 0.22}
+SHARES = {"sent": 0.36, "gt": 0.18}
 KEEP = ("config.yaml", "metrics.jsonl", "train.log", "learning_curve.png")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--budget", type=float, default=210)
+    ap.add_argument("--budget", type=float, default=240)
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--work", type=Path, help="where the models go (default: a folder in the system's temp dir)")
     a = ap.parse_args()
@@ -45,17 +45,35 @@ def main() -> int:
         shutil.rmtree(work)
     work.mkdir(parents=True)
     t_start = time.time()
+    deadline = t_start + a.budget - 20          # what is left is for packing the outputs
     summary: dict = {"ok": True, "steps": []}
 
-    def step(*argv: str, optional: bool = False) -> bool:
-        t0 = time.time()
-        cmd = [sys.executable, "-m", "docnmt.cli", *map(str, argv)]
+    def save() -> None:
+        """The summary so far and the outputs, after every step: a stage cut off keeps them."""
+        with tarfile.open(a.out / "tierl.tar.gz", "w:gz") as tar:
+            for path in sorted(work.rglob("*")):
+                if path.is_file() and (path.name in KEEP or path.suffix in (".fr", ".json", ".jsonl")) \
+                        and "checkpoints" not in path.parts:
+                    tar.add(path, arcname=str(path.relative_to(work)))
+        summary["seconds"] = round(time.time() - t_start, 1)
+        (a.out / "tierl.json").write_text(json.dumps(summary, indent=1))
+
+    def step(*argv: str) -> bool:
+        """One ``docnmt`` command, stopped at the stage's deadline (then the steps after it are skipped)."""
+        t0, left = time.time(), deadline - time.time()
         print("$ docnmt " + " ".join(map(str, argv)), flush=True)
-        rc = subprocess.run(cmd, cwd=ROOT).returncode
+        if left < 5:
+            rc = "skipped: out of time"
+        else:
+            try:
+                rc = subprocess.run([sys.executable, "-m", "docnmt.cli", *map(str, argv)], cwd=ROOT,
+                                    timeout=left).returncode
+            except subprocess.TimeoutExpired:
+                rc = "stopped: out of time"
         summary["steps"].append({"command": " ".join(map(str, argv[:2])), "rc": rc,
                                  "seconds": round(time.time() - t0, 1)})
-        if rc != 0 and not optional:
-            summary["ok"] = False
+        summary["ok"] = summary["ok"] and rc == 0
+        save()
         return rc == 0
 
     minutes = {k: a.budget * v / 60 for k, v in SHARES.items()}
@@ -72,13 +90,15 @@ def main() -> int:
          # costing a sentence-trained model 1.35 bits/piece at the start (bench/gt_positions.py)
          "--set", "method.sentence_positions=true", *size, *common)
     decode = ["--beam", "5", "--lenpen", "1.0", "-q"]
-    for name in ("sent", "gt"):
+    translated = {}
+    for name in ("sent", "gt"):         # both models' BLEU first, then the suites
         hyp = work / name / "valid.fr"
-        if not step("translate", work / name, "-i", f"{valid}.en", "-o", hyp, "--report",
-                    work / name / "valid.coverage.json", *decode):
-            continue
-        against = ["--compare", work / "sent/valid.fr"] if name == "gt" else []
-        step("evaluate", "--hyp", hyp, "--ref", f"{valid}.fr", *against, "--json", work / name / "valid.json")
+        translated[name] = step("translate", work / name, "-i", f"{valid}.en", "-o", hyp, "--report",
+                                work / name / "valid.coverage.json", *decode)
+        if translated[name]:
+            against = ["--compare", work / "sent/valid.fr"] if name == "gt" and translated["sent"] else []
+            step("evaluate", "--hyp", hyp, "--ref", f"{valid}.fr", *against, "--json", work / name / "valid.json")
+    for name in ("sent", "gt"):
         for suite in (suites / "bawden/anaphora.json", suites / "bawden/lexical-choice.json",
                       suites / "scat_yin2021_enfr"):
             s = suite.name.removesuffix(".json")
@@ -97,14 +117,8 @@ def main() -> int:
             row["updates"] = max((r.get("updates", 0) for r in rows), default=0)
             row["last_valid"] = next((r for r in reversed(rows) if "valid_loss" in r), None)
         summary[name] = row
-    with tarfile.open(a.out / "tierl.tar.gz", "w:gz") as tar:
-        for path in sorted(work.rglob("*")):
-            if path.is_file() and (path.name in KEEP or path.suffix in (".fr", ".json", ".jsonl")) \
-                    and "checkpoints" not in path.parts:
-                tar.add(path, arcname=str(path.relative_to(work)))
-    summary["seconds"] = round(time.time() - t_start, 1)
     summary["minutes"] = minutes
-    (a.out / "tierl.json").write_text(json.dumps(summary, indent=1))
+    save()
     return 0
 
 

@@ -50,3 +50,20 @@ def test_a_stage_out_of_time_is_recorded_and_the_next_stage_runs(tmp_path):
     r = run(tmp_path, "--stages", "correctness", "env", "--scale", "0.01")   # 3 s for the CUDA checks
     assert r["stages"]["correctness"]["status"] != "ok"
     assert r["stages"]["env"]["status"] == "ok" and r["stages"]["env"]["bf16_peak_tflops"] > 0
+
+
+def test_tierl_stops_at_its_deadline_and_keeps_what_it_did(tmp_path):
+    """A step still running when the stage's budget ends is stopped and the rest are skipped; the
+    summary (written after every step) says which, and comes back with the outputs so far."""
+    subprocess.run([sys.executable, str(ROOT / "bench/gpu/prepare.py"), "--dry-run"], cwd=ROOT, check=True,
+                   capture_output=True)
+    proc = subprocess.run([sys.executable, str(ROOT / "bench/gpu/tierl.py"), str(tmp_path), "--dry-run",
+                           "--budget", "28", "--work", str(tmp_path / "work")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "tierl.json").read_text())
+    rcs = [step["rc"] for step in summary["steps"]]
+    assert summary["ok"] is False and summary["seconds"] < 28, summary
+    assert rcs[-1] == "skipped: out of time", rcs
+    assert all(rc == 0 or rc in ("stopped: out of time", "skipped: out of time") for rc in rcs), rcs
+    assert tarfile.is_tarfile(tmp_path / "tierl.tar.gz")
