@@ -71,7 +71,7 @@ declare -A ARCH=(
   [context]="--arch context_transformer_small"
   [gt_dls_laa]="--arch g_transformer_dls_laa_small --pretrained-lr-scale 0.2 --word-dropout 0.1 --set data.dls_epoch_offset=10"
 )
-RUNS=${ONLY:-"control gt gt_sentpos doc2doc pt docflat_d stage1 context gt_dls_laa"}     # stage1: scored only
+RUNS=${ONLY:-"control gt gt_sentpos stage1 context docflat_d doc2doc pt gt_dls_laa"}     # stage1: scored only
 DECODE=(--beam 5 --lenpen 1.0 --lenpen-style fairseq -q)
 BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
 
