@@ -357,7 +357,14 @@ def attention_grouped(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: 
     return out.view(B, nq, h, d).transpose(1, 2)
 
 
-_FLEX = _BLOCK_MASK = None
+_FLEX_FUNCTIONS: dict[str, tuple[Callable, Callable]] = {}
+
+
+def compiled_flex_functions() -> tuple[Callable, Callable]:
+    """``flex_attention`` and ``create_block_mask`` as the CUDA path runs them: compiled, the block
+    masks for dynamic shapes from the start (lengths change with every batch)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    return torch.compile(flex_attention), torch.compile(create_block_mask, dynamic=True)
 
 
 def attention_flex(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tensor:
@@ -365,12 +372,12 @@ def attention_flex(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tensor:
     skipped (the CUDA path; compiled there, eager elsewhere). The mask is ``spec.visible``, or for
     group attention one built from the tags, key padding and causality (the semantics of
     :func:`attention_grouped`). No attention dropout, no bias."""
-    global _FLEX, _BLOCK_MASK
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    if _FLEX is None:
-        _FLEX = torch.compile(flex_attention) if q.is_cuda else flex_attention
-        # lengths change with every batch: compiled for dynamic shapes from the start
-        _BLOCK_MASK = torch.compile(create_block_mask, dynamic=True) if q.is_cuda else create_block_mask
+    device = q.device.type
+    if device not in _FLEX_FUNCTIONS:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        _FLEX_FUNCTIONS[device] = compiled_flex_functions() if device == "cuda" else (flex_attention,
+                                                                                      create_block_mask)
+    flex, build_block_mask = _FLEX_FUNCTIONS[device]
     B, nq, nk = q.size(0), q.size(2), k.size(2)
     # one block mask per spec and shape, i.e. per attention kind and forward pass (every layer
     # shares the spec); compiled on CUDA, so it is built tile by tile, never as a dense B×nq×nk mask
@@ -378,10 +385,10 @@ def attention_flex(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec) -> Tensor:
     block_mask = masks.get((B, nq, nk))
     if block_mask is None:
         visible = spec.visible or _group_visible(spec, B, nq, nk)
-        block_mask = masks[B, nq, nk] = _BLOCK_MASK(visible, B, None, nq, nk, device=q.device)
+        block_mask = masks[B, nq, nk] = build_block_mask(visible, B, None, nq, nk, device=q.device)
     if spec.scale is not None:
         q = q * spec.scale.to(q.dtype)
-    return _FLEX(q, k, v, block_mask=block_mask)
+    return flex(q, k, v, block_mask=block_mask)
 
 
 def _group_visible(spec: AttnSpec, B: int, nq: int, nk: int) -> Callable:

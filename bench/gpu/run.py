@@ -14,6 +14,7 @@ See bench/gpu/README.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -112,22 +113,36 @@ def run_stage(name: str, out: Path, dry: bool, budget: float, log) -> dict:
     if dry:
         cmd.append("--dry-run")
     log(f"== stage {name} (budget {budget:.0f} s): {' '.join(cmd)}")
-    # its own process group, so that a stage out of time goes with every process it started
+    # its own process group: when the stage ends, in time or not, every process it started goes too
+    # (but not one that started a session of its own, as the torchrun test's do)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    reader = threading.Thread(target=lambda: [log(line.rstrip("\n")) for line in proc.stdout], daemon=True)
+                            errors="replace", start_new_session=True)
+
+    def read() -> None:
+        try:
+            for line in proc.stdout:
+                log(line.rstrip("\n"))
+        except Exception as e:                         # keep draining, or the stage blocks on a full pipe
+            log(f"(log reader: {e!r})")
+            for _ in proc.stdout:
+                pass
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     status = "ok"
     try:
         proc.wait(timeout=budget + 30)        # the stage's own budget, plus time to write its results
     except subprocess.TimeoutExpired:
         status = "timeout"
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    reader.join(timeout=5)
+    proc.wait()
+    reader.join(timeout=10)
     if status == "ok" and proc.returncode != 0:
         status = f"failed (exit {proc.returncode})"
-    result = json.loads(result_file.read_text()) if result_file.exists() else {}
+    try:
+        result = json.loads(result_file.read_text()) if result_file.exists() else {}
+    except ValueError:
+        result = {"error": f"{result_file.name} is not JSON (cut off while written?)"}
     if status == "ok" and result.get("ok") is False:
         status = "failed checks"
     return {"status": status, "seconds": round(time.time() - t0, 1), **result}
@@ -152,10 +167,13 @@ def main() -> int:
         subprocess.run([sys.executable, str(HERE / "prepare.py"), "--dry-run"], cwd=ROOT, check=True)
     log_file = (a.out / "log.txt").open("a")
 
+    lock = threading.Lock()            # a stage's output comes from its reader thread
+
     def log(msg: str) -> None:
-        print(msg, flush=True)
-        log_file.write(msg + "\n")
-        log_file.flush()
+        with lock:
+            print(msg, flush=True)
+            log_file.write(msg + "\n")
+            log_file.flush()
     budgets = DRY_BUDGETS if a.dry_run else BUDGETS
     results = {"dry_run": a.dry_run, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "stages": {}}
     for name in a.stages:
