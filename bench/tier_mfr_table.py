@@ -25,12 +25,13 @@ import argparse
 import json
 from pathlib import Path
 
-ORDER = ["control", "doc2doc", "gt", "gt_sentpos", "gt_dls_laa", "pt", "docflat_d", "context"]
+ORDER = ["control", "doc2doc", "gt", "gt_sentpos", "gt_sentpos_lr1", "gt_dls_laa", "pt", "docflat_d", "context"]
 NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (control)", "doc2doc": "Doc2Doc",
          "gt": "G-Transformer (fine-tuned)", "gt_sentpos": "G-Transformer (fine-tuned, sentence positions)",
-         "gt_dls_laa": "G-Transformer + DLS + LAA", "pt": "P-Transformer",
+         "gt_sentpos_lr1": "G-Transformer (fine-tuned, sentence positions, full lr)",
+         "gt_dls_laa": "G-Transformer + DLS + LAA (sentence positions)", "pt": "P-Transformer",
          "docflat_d": "DocFlat_D (two-pass)", "context": "context-encoder Transformer"}
-ALSO = {"context": "stage1", "gt_dls_laa": "gt", "gt_sentpos": "gt"}     # second baselines (bench/tier_mfr.sh)
+ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos"}     # second baselines (bench/tier_mfr.sh)
 SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
           ("scat_yin2021_enfr", "SCAT valid"))
 
