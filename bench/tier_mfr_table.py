@@ -31,7 +31,8 @@ NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (contro
          "gt_sentpos_lr1": "G-Transformer (fine-tuned, sentence positions, full lr)",
          "gt_dls_laa": "G-Transformer + DLS + LAA (sentence positions)", "pt": "P-Transformer",
          "docflat_d": "DocFlat_D (two-pass)", "context": "context-encoder Transformer"}
-ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos"}     # second baselines (bench/tier_mfr.sh)
+# second baselines (bench/tier_mfr.sh)
+ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos"}
 SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
           ("scat_yin2021_enfr", "SCAT valid"))
 
