@@ -353,8 +353,9 @@ class Embedding(nn.Module):
             self.norm = nn.LayerNorm(cfg.d_model)
 
     def forward(self, tokens: Tensor, offset: int = 0, dropout: bool = True, at: Tensor | None = None) -> Tensor:
-        """``at``: each token's own position (B, n), each below n, instead of ``offset``, ``offset + 1``, …"""
-        pos = self.positions(tokens.size(1), offset) if at is None else self.positions(tokens.size(1))[at]
+        """``at``: each token's own position (B, n), each below ``offset + n``, instead of ``offset``,
+        ``offset + 1``, …"""
+        pos = self.positions(tokens.size(1), offset) if at is None else self.positions(offset + tokens.size(1))[at]
         x = self.table(tokens) * self.scale + pos.to(self.table.weight.dtype)
         if hasattr(self, "norm"):
             x = self.norm(x)

@@ -177,10 +177,12 @@ class SentencePositionsTransformer(Transformer):
         torch.nn.init.zeros_(self.sentence_embed.weight)
 
     def _embed(self, embed, tokens: Tensor, offset: int, first_word: int) -> Tensor:
-        x = embed(tokens, dropout=False, at=positions_in_sentence(tokens, self.policy.bos, first_word))
-        tags = self.policy.tags(tokens).clamp(max=self.sentence_embed.num_embeddings - 1)
-        x = x + self.sentence_embed(tags).to(x.dtype)
-        return embed.dropout(x[:, offset:])
+        # positions and sentence tags need the whole prefix; only the tokens from ``offset`` on are
+        # embedded (one per decoding step)
+        at = positions_in_sentence(tokens, self.policy.bos, first_word)[:, offset:]
+        tags = self.policy.tags(tokens)[:, offset:].clamp(max=self.sentence_embed.num_embeddings - 1)
+        x = embed(tokens[:, offset:], offset, dropout=False, at=at)
+        return embed.dropout(x + self.sentence_embed(tags).to(x.dtype))
 
     def embed_source(self, src: Tensor, extra: dict) -> Tensor:
         return self._embed(self.encoder.embed, src, 0, first_word=0)
