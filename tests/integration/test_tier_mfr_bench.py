@@ -149,17 +149,18 @@ def test_second_baselines_get_their_own_verdict_rows(tmp_path):
                                                                                        "p_value": 0.001}}}))
     (ctx / "valid.coverage.json").write_text(json.dumps({"documents": 6, "documents_fully_recovered": 6,
                                                          "empty_sentences": 0}))
-    gt, dls = tmp_path / "gt", tmp_path / "gt_dls_laa"          # and DLS + LAA against G-Transformer
+    base = tbl.ALSO["gt_dls_laa"]                                # and DLS + LAA against its G-Transformer
+    gt, dls = tmp_path / base, tmp_path / "gt_dls_laa"
     gt.mkdir(), dls.mkdir()
     (gt / "anaphora.scores.jsonl").write_text(rows([True] * 40))
     (dls / "anaphora.scores.jsonl").write_text(rows([True] * 39 + [False]))
     (dls / "valid.json").write_text(json.dumps({**both, "bootstrap": {"d": {"delta": -0.5, "p_value": 0.01}}}))
-    (dls / "valid.vs_gt.json").write_text(json.dumps({**both, "bootstrap": {"d": {"delta": 0.2, "p_value": 0.1}}}))
+    (dls / f"valid.vs_{base}.json").write_text(json.dumps({**both, "bootstrap": {"d": {"delta": 0.2, "p_value": 0.1}}}))
     out = {r[0]: r for r in tbl.verdict_rows(tmp_path)}
     assert out[tbl.NAMES["context"]][1] == "nothing"          # worse than the control on d-BLEU
     vs = out[tbl.NAMES["context"] + ", against stage 1 instead"]
     assert vs[1] == "d-BLEU (+0.60, p=0.001); Bawden anaphora (+50.00, p=0.000)" and vs[-1] == "yes"
-    vs = out[tbl.NAMES["gt_dls_laa"] + ", against the G-Transformer (fine-tuned) instead"]
+    vs = out[tbl.NAMES["gt_dls_laa"] + f", against the {tbl.NAMES[base]} instead"]
     assert vs[1] == "nothing" and vs[2] == "d-BLEU (-0.20, p=0.100); Bawden anaphora (-2.50, p=1.000)"
 
 
