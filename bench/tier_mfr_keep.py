@@ -33,7 +33,8 @@ SUITES = ("anaphora", "lexical-choice", "scat_yin2021_enfr")
 SCORES = tuple(f"{s}.json" for s in SUITES) + ("valid.json", "valid.coverage.json", "valid.cxmi.json")
 COMPARED = tuple(f"{s}.scores.jsonl" for s in SUITES)   # what the next runs are tested against
 # tests against a second baseline (tier_mfr.sh ALSO)
-EXTRA = ("valid.vs_stage1.json", "valid.vs_gt.json", "valid.vs_gt_sentpos.json")
+EXTRA = ("valid.vs_stage1.json", "valid.vs_gt.json", "valid.vs_gt_sentpos.json", "valid.vs_docflat_d.json",
+         "valid.vs_doc2doc.json")
 FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png") + SCORES + COMPARED + EXTRA
 
 

@@ -25,14 +25,17 @@ import argparse
 import json
 from pathlib import Path
 
-ORDER = ["control", "doc2doc", "gt", "gt_sentpos", "gt_sentpos_lr1", "gt_dls_laa", "pt", "docflat_d", "context"]
+ORDER = ["control", "doc2doc", "doc2doc_sentpos", "gt", "gt_sentpos", "gt_sentpos_lr1", "gt_dls_laa", "pt",
+         "docflat_d", "docflat_d_sentpos", "context"]
 NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (control)", "doc2doc": "Doc2Doc",
          "gt": "G-Transformer (fine-tuned)", "gt_sentpos": "G-Transformer (fine-tuned, sentence positions)",
          "gt_sentpos_lr1": "G-Transformer (fine-tuned, sentence positions, full lr)",
          "gt_dls_laa": "G-Transformer + DLS + LAA (sentence positions)", "pt": "P-Transformer",
-         "docflat_d": "DocFlat_D (two-pass)", "context": "context-encoder Transformer"}
+         "docflat_d": "DocFlat_D (two-pass)", "context": "context-encoder Transformer",
+         "doc2doc_sentpos": "Doc2Doc (sentence positions)", "docflat_d_sentpos": "DocFlat_D (two-pass, sentence positions)"}
 # second baselines (bench/tier_mfr.sh)
-ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos"}
+ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos",
+        "docflat_d_sentpos": "docflat_d", "doc2doc_sentpos": "doc2doc"}
 SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
           ("scat_yin2021_enfr", "SCAT valid"))
 

@@ -422,13 +422,13 @@ def check_logits(hf, model: Transformer, vocab, hf_start: int) -> float:
 
 # model settings a training run chooses itself; the others are the imported architecture
 OWN_SETTINGS = ("dropout", "attention_dropout", "activation_dropout", "length_aware", "output_tokens", "vocab_size",
-                "pad_id", "alibi")
+                "pad_id", "alibi", "sentence_positions")
 
 
 def init_from_overrides(init_from: str | Path, data_dir: str | Path) -> dict:
     """Config overrides for ``train --init-from MODEL``: when MODEL has a pretrained tokenizer
     (imported with import-hf, or trained from such a model), its architecture (every
-    ``model.*`` setting but dropouts, length-aware attention and ``output_tokens``), after
+    ``model.*`` setting but dropouts, length-aware attention, sentence positions and ``output_tokens``), after
     checking that ``data_dir`` was prepared with its tokenizer. Nothing for other models."""
     path = Path(init_from)
     if path.is_dir() and (path / "config.json").exists() and not (path / "config.yaml").exists():
@@ -485,6 +485,8 @@ def _exportable(cfg: Config, vocab, native: bool) -> None:
         why.append("a context input")
     if m.length_aware or getattr(m, "alibi", False):
         why.append("length-aware attention" if m.length_aware else "ALiBi")
+    if getattr(m, "sentence_positions", False):
+        why.append("sentence positions")
     if native and (m.pre_norm or m.positions != "sinusoidal" or m.position_offset or m.embed_norm):
         why.append("a native pre-LN model (MarianMTModel, the one equivalent, is post-LN)")
     if why:

@@ -56,6 +56,10 @@ class ModelConfig:
     length_aware: bool = False
     # ALiBi (docs/methods/length_bias.md#alibi): no position vectors; self-attention logits − m_h·|i − j| instead
     alibi: bool = False
+    # positions restart in every sentence of a multi-sentence instance, each sentence counted as the
+    # plain sentence format counts it (docs/methods/baselines.md#sentence-positions): a document
+    # model fine-tuned from a sentence model keeps the position vectors that model was trained with
+    sentence_positions: bool = False
     # The architecture options of pretrained models (docs/pretrained.md#the-architecture-options); the
     # defaults are docnmt's own Transformer. Layer norm position: ``pre_norm`` (pre-LN models end the
     # encoder and the decoder with a LayerNorm).
@@ -338,6 +342,19 @@ class AttentionPolicy(nn.Module):
 # Encoder, decoder, model
 # --------------------------------------------------------------------------------------------
 
+def positions_in_sentence(tokens: Tensor, openers: int | Tensor, first_word: int) -> Tensor:
+    """Each token's position in its own sentence, counted as docnmt's plain sentence format counts
+    it. A sentence begins at an ``openers`` token (one id or a tensor of ids: ``<s>``, a
+    separator): its first word is at ``first_word`` (0 on the source side, whose plain format is
+    ``x </s>``; 1 in the decoder input ``<s> y``), the opener at ``first_word - 1`` or 0, and a
+    token before the first opener from the start (a source's first sentence, the decoder's EOD)."""
+    t = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)
+    opens = tokens.eq(openers) if isinstance(openers, int) else torch.isin(tokens, openers)
+    start = torch.where(opens, t, torch.zeros_like(t)).cummax(-1).values
+    in_sentence = opens.cumsum(-1) > 0
+    return torch.where(in_sentence, (t - start - 1 + first_word).clamp(min=0), t)
+
+
 class Embedding(nn.Module):
     """sqrt(d)·E[x] + P[pos], then dropout (docs/methods/baselines.md#the-shared-transformer).
     Pretrained models may leave out the sqrt(d) scale, use another position table and add a
@@ -430,6 +447,8 @@ class Transformer(nn.Module):
         # a module that adjusts every spec (length-aware attention, docnmt.methods.length_bias), or None
         self.length_scale: nn.Module | None = None
         self.alibi = LinearBiases(cfg) if cfg.alibi else None
+        # the ids that open a sentence (``sentence_positions``; set by :meth:`set_sentence_openers`)
+        self.register_buffer("sentence_openers", torch.zeros(0, dtype=torch.long), persistent=False)
         if not cfg.tie_output:
             self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.output_bias:
@@ -455,6 +474,18 @@ class Transformer(nn.Module):
         """The trainer's hook at the start of every epoch: the mean instance lengths (tokens)."""
         if self.length_scale is not None:
             self.length_scale.set_means(mean_src, mean_tgt)
+
+    def set_sentence_openers(self, ids: list[int]) -> None:
+        """The tokens that open a sentence of an instance (``<s>``, the separators), from which
+        ``sentence_positions`` restarts the count."""
+        self.sentence_openers = torch.tensor(sorted(ids), dtype=torch.long, device=self.sentence_openers.device)
+
+    def _positions(self, tokens: Tensor, first_word: int) -> Tensor | None:
+        if not self.cfg.sentence_positions:
+            return None
+        if not self.sentence_openers.numel():
+            raise RuntimeError("sentence_positions needs set_sentence_openers() (docnmt.methods.build_model calls it)")
+        return positions_in_sentence(tokens, self.sentence_openers, first_word)
 
     def encode(self, src: Tensor, **inputs: Tensor) -> EncoderOut:
         """Encode ``src``; ``inputs`` are a method's other batch tensors (``ctx``), which
@@ -488,11 +519,13 @@ class Transformer(nn.Module):
     def embed_source(self, src: Tensor, extra: dict) -> Tensor:
         """Method hook: the encoder's input vectors for ``src``; it may add batch-first tensors
         to ``extra`` (the future ``EncoderOut.extra``)."""
-        return self.encoder.embed(src)
+        return self.encoder.embed(src, at=self._positions(src, first_word=0))
 
     def embed_target(self, tgt_in: Tensor, offset: int, enc: EncoderOut) -> Tensor:
-        """Method hook: the decoder's input vectors for the tokens ``tgt_in[:, offset:]``."""
-        return self.decoder.embed(tgt_in[:, offset:], offset)
+        """Method hook: the decoder's input vectors for the tokens ``tgt_in[:, offset:]`` (with
+        ``sentence_positions``, positions from the whole prefix)."""
+        at = self._positions(tgt_in, first_word=1)
+        return self.decoder.embed(tgt_in[:, offset:], offset, at=None if at is None else at[:, offset:])
 
     def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: dict | None = None) -> Tensor:
         """Decoder hidden states for ``tgt_in`` (the whole prefix). With a ``cache``

@@ -39,7 +39,8 @@ from torch import Tensor
 from ..attention import AttnSpec, MultiheadAttention
 from ..data.formats import Joiner, split_at_eos
 from ..errors import ConfigError
-from ..model import AttentionPolicy, AttentionSublayer, FeedForwardSublayer, Layer, ModelConfig, State, Transformer
+from ..model import (AttentionPolicy, AttentionSublayer, FeedForwardSublayer, Layer, ModelConfig, State, Transformer,
+                     positions_in_sentence)
 from ..ops import Linear
 from ..vocab import Vocab
 from .base import Method
@@ -150,17 +151,6 @@ def layer_builders(opts: GTransformerOptions):
                       attention(cfg, "cross", f"dec.{i}.cross", i, n, cross=True),
                       FeedForwardSublayer(cfg)])
     return encoder_layer, decoder_layer
-
-
-def positions_in_sentence(tokens: Tensor, bos: int, first_word: int) -> Tensor:
-    """Each token's position in its own sentence, counted as docnmt's plain sentence format counts
-    it: the first word at ``first_word`` (0 on the source side, whose plain format is ``x </s>``;
-    1 in the decoder input ``<s> y``), the sentence's ``<s>`` at ``first_word - 1`` or 0, and a
-    token before the first ``<s>`` (the decoder's EOD) from the start."""
-    t = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)
-    start = torch.where(tokens.eq(bos), t, torch.zeros_like(t)).cummax(-1).values
-    in_sentence = tokens.eq(bos).cumsum(-1) > 0
-    return torch.where(in_sentence, (t - start - 1 + first_word).clamp(min=0), t)
 
 
 class SentencePositionsTransformer(Transformer):
@@ -295,6 +285,9 @@ def _build(cfg: ModelConfig, opts: GTransformerOptions, vocab: Vocab) -> Transfo
 def _check(cfg) -> None:
     if cfg.data.separator != "group":
         raise ConfigError("a G-Transformer needs the group data format (data.separator: group)")
+    if cfg.model.sentence_positions:
+        raise ConfigError("a G-Transformer restarts its positions with method.sentence_positions (which adds its "
+                          "sentence-index vectors), not model.sentence_positions")
 
 
 def _start_token(translator, search, first: int) -> int | None:

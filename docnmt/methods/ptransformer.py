@@ -127,4 +127,10 @@ def build(cfg: ModelConfig, opts: PTransformerOptions | None = None) -> Transfor
     return Transformer(cfg, PositionAwarePolicy(cfg, opts or PTransformerOptions()))
 
 
-METHOD = Method("ptransformer", lambda cfg, opts, vocab: build(cfg, opts), PTransformerOptions)
+def _check(cfg) -> None:
+    if cfg.model.sentence_positions:
+        raise ConfigError("model.sentence_positions is not for a P-Transformer: its position-aware attention "
+                          "reads positions through the whole instance")
+
+
+METHOD = Method("ptransformer", lambda cfg, opts, vocab: build(cfg, opts), PTransformerOptions, check=_check)
