@@ -32,7 +32,8 @@ NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (contro
          "gt_sentpos_lr1": "G-Transformer (fine-tuned, sentence positions, full lr)",
          "gt_dls_laa": "G-Transformer + DLS + LAA (sentence positions)", "pt": "P-Transformer",
          "docflat_d": "DocFlat_D (two-pass)", "context": "context-encoder Transformer",
-         "doc2doc_sentpos": "Doc2Doc (sentence positions)", "docflat_d_sentpos": "DocFlat_D (two-pass, sentence positions)"}
+         "doc2doc_sentpos": "Doc2Doc (sentence positions)",
+         "docflat_d_sentpos": "DocFlat_D (two-pass, sentence positions)"}
 # second baselines (bench/tier_mfr.sh)
 ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos",
         "docflat_d_sentpos": "docflat_d", "doc2doc_sentpos": "doc2doc"}

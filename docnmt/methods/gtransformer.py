@@ -39,8 +39,16 @@ from torch import Tensor
 from ..attention import AttnSpec, MultiheadAttention
 from ..data.formats import Joiner, split_at_eos
 from ..errors import ConfigError
-from ..model import (AttentionPolicy, AttentionSublayer, FeedForwardSublayer, Layer, ModelConfig, State, Transformer,
-                     positions_in_sentence)
+from ..model import (
+    AttentionPolicy,
+    AttentionSublayer,
+    FeedForwardSublayer,
+    Layer,
+    ModelConfig,
+    State,
+    Transformer,
+    positions_in_sentence,
+)
 from ..ops import Linear
 from ..vocab import Vocab
 from .base import Method
