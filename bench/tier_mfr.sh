@@ -77,12 +77,17 @@ declare -A ARCH=(
   [gt_sentpos_lr1]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0"
   # on gt_sentpos: document-wide positions cost the paper's G-Transformer 8 BLEU here (gt vs gt_sentpos)
   [gt_dls_laa]="--arch g_transformer_dls_laa_small --pretrained-lr-scale 0.2 --word-dropout 0.1 --set data.dls_epoch_offset=10 --set method.sentence_positions=true"
+  # positions that restart in every sentence (docnmt's --sentence-positions), the one difference from
+  # the paper's recipe: what gt_sentpos showed for the G-Transformer, for the separator formats
+  [docflat_d_sentpos]="--arch docflat_d_small --sentence-positions"
+  [doc2doc_sentpos]="--arch doc2doc_small --sentence-positions"
 )
-RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa"}     # stage1: scored only
+RUNS=${ONLY:-"control gt gt_sentpos stage1 context docflat_d_sentpos gt_sentpos_lr1 doc2doc_sentpos docflat_d doc2doc pt gt_dls_laa"}     # stage1: scored only
 DECODE=(--beam 5 --lenpen 1.0 --lenpen-style fairseq -q)
 BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
 
-declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt_sentpos [gt_sentpos]=gt [gt_sentpos_lr1]=gt_sentpos)    # second baselines: valid.vs_<baseline>.json
+declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt_sentpos [gt_sentpos]=gt [gt_sentpos_lr1]=gt_sentpos
+                [docflat_d_sentpos]=docflat_d [doc2doc_sentpos]=doc2doc)    # second baselines: valid.vs_<baseline>.json
 also() {   # the paired bootstrap of run $1 against its second baseline, into $2 (when both are translated)
   local base=${ALSO[$1]:-}
   [ -n "$base" ] && [ -f "$R/$base/valid.fr" ] && [ -f "$R/$1/valid.fr" ] || return 0
@@ -94,7 +99,7 @@ score() {   # translate and score one trained run (the control's first: the othe
   # stage 1: the kept weights every stage-2 run starts from (the scores still go to runs/, then are kept)
   [ "$name" = stage1 ] && model=$KEEP/stage1
   mkdir -p "$R/$name"
-  [ "$name" = docflat_d ] && extra=(--first-pass "$R/control/valid.fr")    # two-pass: the control is pass 1
+  case $name in docflat_d*) extra=(--first-pass "$R/control/valid.fr");; esac    # two-pass: the control is pass 1
   [ -f "$out" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" -o "$out" "${DECODE[@]}" "${extra[@]}" \
                          --report "$R/$name/valid.coverage.json"
   [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
