@@ -16,6 +16,7 @@ layer. The extension points are listed in README.md, "Extending".
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -312,6 +313,22 @@ def _plus(bias, extra: Tensor):
     if callable(bias):
         return lambda q, name: _plus(bias(q, name), extra)
     return (bias.dense() if isinstance(bias, RelativeLogits) else bias) + extra
+
+
+@contextmanager
+def rows_apart(model: nn.Module):
+    """While inside, every module of ``model`` that looks across the rows of its batch (it has a
+    ``rows_apart`` attribute: DocFlat's flat-batch attention and its baselines) keeps each row to
+    itself, so a batch computes what each of its rows would alone (teacher-forced scoring of a
+    method with ``score_alone``). The shared Transformer's rows never meet."""
+    mods = [m for m in model.modules() if hasattr(m, "rows_apart")]
+    for m in mods:
+        m.rows_apart = True
+    try:
+        yield model
+    finally:
+        for m in mods:
+            m.rows_apart = False
 
 
 class AttentionPolicy(nn.Module):

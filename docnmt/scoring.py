@@ -15,12 +15,14 @@ from typing import Iterable
 
 import numpy as np
 import torch
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from .attention import AttentionProbe, module_kind
 from .data import Corpus, InstanceSet, build_instances, model_inputs, sentence_costs
 from .document import Document
 from .errors import DataError
+from .model import rows_apart
 
 
 def last_sentence_rows(translator, corpus: Corpus, max_context: int | None = None) -> np.ndarray:
@@ -65,11 +67,12 @@ def teacher_forced(translator, corpus: Corpus, rows: np.ndarray, *, max_tokens: 
     starts later than its source, Doc2Sent, is shifted)."""
     model, device = translator.model, translator.device
     iset = InstanceSet(corpus, rows, translator.joiner)
-    # a DocFlat model scores every instance alone: candidates must not see each other through FBA
-    alone = 1 if translator.method.score_alone else None
-    batches = iset.batches(max_tokens or translator.cfg.decode.max_tokens, shuffle=False, max_sentences=alone)
+    batches = iset.batches(max_tokens or translator.cfg.decode.max_tokens, shuffle=False)
     pad = translator.vocab.pad
-    with tqdm(total=len(rows), desc=desc, unit="inst", disable=not progress, leave=False) as bar:
+    # a model that looks across its batch (DocFlat) scores every instance as if alone: candidates
+    # must not see each other
+    apart = rows_apart(model) if translator.method.score_alone else _Null()
+    with tqdm(total=len(rows), desc=desc, unit="inst", disable=not progress, leave=False) as bar, apart:
         for idx in batches:
             batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in iset.collate(idx).items()}
             sentences = None
@@ -226,6 +229,17 @@ def attention_entropy(translator, docs: list[Document], progress: bool = False,
             "context_share": meter.result("context_share")}
 
 
+def _per_instance(h: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
+    """A record over the whole batch, (1, T), back to one row per instance: flat-batch attention's
+    queries are the batch's real tokens in order (T = real tokens), the ABD baseline's one pooled
+    query per instance (T = instances); anything else stays one row."""
+    if h.size(0) == 1 and h.size(1) == int(real.sum()):
+        return h.new_full(real.shape, float("nan")).masked_scatter(real, h[0]), real
+    if h.size(0) == 1 and h.size(1) == real.size(0):
+        return h[0][:, None], torch.ones(real.size(0), 1, dtype=torch.bool, device=h.device)
+    return h, torch.ones_like(h, dtype=torch.bool)
+
+
 class EntropyMeter:
     """Attention entropy per module kind (docs/methods/discourse.md#attention-entropy): per
     instance the mean over its real (non-pad) queries of the entropy in bits of the head-averaged
@@ -245,7 +259,7 @@ class EntropyMeter:
                 real = batch[side].ne(pad)
                 for h in records:
                     if h.shape != real.shape:  # flat-batch attention (DocFlat): one row of the batch's real tokens
-                        real = torch.ones_like(h, dtype=torch.bool)
+                        h, real = _per_instance(h, real)
                     ok = real & ~h.isnan()     # NaN: a query outside every sentence (context share)
                     per_instance = (h.nan_to_num(0.0) * ok).sum(1) / ok.sum(1).clamp_min(1)
                     key = (stat, kind)

@@ -32,8 +32,10 @@ class Method:
       is not the format's;
     * ``search_args(translator, src) -> dict``: extra beam-search arguments per batch
       (processors, length limits: G-Transformer's sentence frame);
-    * ``score_alone``: teacher-forced scoring (contrastive suites) puts every instance in a batch
-      of its own, because the model looks across the batch (DocFlat).
+    * ``score_alone``: the model looks across its batch (DocFlat), so teacher-forced scoring
+      (contrastive suites, CXMI) keeps every instance to itself (:func:`docnmt.model.rows_apart`:
+      the modules that look across the batch have a ``rows_apart`` switch) and the service never
+      batches two requests together.
     """
 
     name: str

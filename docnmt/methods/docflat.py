@@ -109,7 +109,11 @@ def discrete_gate(g: Tensor, gamma: float) -> Tensor:
 
 
 class FlatBatchSublayer(Sublayer):
-    """Flat-batch attention over every token of the batch, joined by the neural context gate."""
+    """Flat-batch attention over every token of the batch, joined by the neural context gate.
+    With ``rows_apart`` (:func:`docnmt.model.rows_apart`) each instance attends to its own tokens
+    only, as it would alone in a batch."""
+
+    rows_apart = False
 
     def __init__(self, cfg: ModelConfig, side: str, opts: DocFlatOptions | None = None):
         super().__init__(cfg.d_model, cfg.dropout, cfg.pre_norm)
@@ -137,17 +141,18 @@ class FlatBatchSublayer(Sublayer):
         n, m = x.shape[:2]
         causal = self.side == "dec" and not self.time_aligned
         private = state.specs.get(f"{self.side}_fba_private")
-        if private is None and not self.time_aligned:
+        if private is None and not self.time_aligned and not self.rows_apart:
             return AttnSpec(is_causal=causal)
         flat_pos = torch.arange(n * m, device=x.device)[idx]
         inst, pos = flat_pos // m, flat_pos % m
         hidden = None if private is None else private.mask[:, 0, 0, -m:].reshape(-1)[idx]
+        apart = self.rows_apart
 
         def blocked(i: Tensor, j: Tensor) -> Tensor:    # query i, key j: flattened real positions
             out = pos[j] > pos[i] if self.time_aligned else (j > i if causal else i < 0)
             if hidden is not None:      # flat_scope current: keys of other instances only in their current sentence
                 out = out | (hidden[j] & (inst[j] != inst[i]))
-            return out
+            return out | (inst[j] != inst[i]) if apart else out
 
         every = torch.arange(len(idx), device=x.device)
         return AttnSpec(mask=blocked(every[:, None], every[None, :])[None, None],
@@ -158,7 +163,10 @@ class FlatBatchSublayer(Sublayer):
         n instances of the batch, the result broadcast back to every token of the instance."""
         real = (~pad).to(x.dtype)[..., None]
         pooled = (x * real).sum(1) / real.sum(1).clamp_min(1)                  # (n, e)
-        mixed = self.attn(pooled[None], pooled[None], AttnSpec())[0]           # (n, e)
+        spec = AttnSpec()
+        if self.rows_apart:                                                    # each instance sees itself
+            spec = AttnSpec(mask=~torch.eye(len(pooled), dtype=torch.bool, device=x.device)[None, None])
+        mixed = self.attn(pooled[None], pooled[None], spec)[0]                 # (n, e)
         return mixed[:, None, :].expand_as(x) * real
 
     def _incremental(self, x: Tensor, state: State) -> Tensor:
@@ -180,6 +188,8 @@ class FlatBatchSublayer(Sublayer):
         same = inst_k[None, :] == inst_q[:, None]
         if not self.time_aligned:   # flattened-causal: own prefix and earlier instances' prefixes
             visible = visible & (same | (inst_k[None, :] < inst_q[:, None]))
+        if self.rows_apart:
+            visible = visible & same
         keys_of_rank = lambda mask: mask[:, 0, 0, :t].reshape(B, K, t).transpose(0, 1).reshape(K, 1, 1, B * t)  # noqa: E731
         blocked = ~visible[None, None] | keys_of_rank(state.specs["dec_fba"].mask)
         if "dec_fba_private" in state.specs:
@@ -250,6 +260,8 @@ class MeanBatchEmbedding(Transformer):
     while decoding it stays the whole batch's even after some inputs have finished. (The source
     length of ``--max-len-a/b`` counts the new position.)"""
 
+    rows_apart = False      # docnmt.model.rows_apart: each row's own mean instead of the batch's
+
     def __init__(self, cfg: ModelConfig, mean_token: int, sides: str = "both"):
         super().__init__(cfg, AttentionPolicy(cfg))
         self.mean_token = mean_token
@@ -258,7 +270,10 @@ class MeanBatchEmbedding(Transformer):
     def batch_mean(self, src: Tensor) -> Tensor:
         """(B, n) source tokens -> (B, e): the batch's mean input vector, on every row."""
         embed, real = self.encoder.embed, src.ne(self.cfg.pad_id)
-        mean = (embed.table(src) * real[..., None]).sum((0, 1)) / real.sum().clamp_min(1)
+        if self.rows_apart:
+            mean = (embed.table(src) * real[..., None]).sum(1) / real.sum(1, keepdim=True).clamp_min(1)
+        else:
+            mean = (embed.table(src) * real[..., None]).sum((0, 1)) / real.sum().clamp_min(1)
         vec = mean * embed.scale + embed.positions(1, 0)[0].to(mean.dtype)
         return vec.expand(src.size(0), -1)
 

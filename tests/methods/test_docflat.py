@@ -155,6 +155,31 @@ def test_closed_gate_makes_instances_independent():
                                                                    for i in range(3)]))
 
 
+@pytest.mark.parametrize("kw", [{}, {"flat_dec_mask": "time_aligned"}, {"flat_scope": "current"},
+                                {"flat_block": "abd", "flat_sides": "encoder"}, {"flat_block": "mbe"}])
+def test_rows_apart_computes_every_row_of_a_batch_as_if_alone(kw):
+    """``docnmt.model.rows_apart`` (teacher-forced scoring, ``score_alone``): flat-batch attention
+    and the ABD / MBE baselines keep each row to itself, so a batch scores what every instance
+    scores in a batch of its own; outside it the rows see each other again."""
+    from docnmt.model import rows_apart
+    model = docflat.build(CFG, cfg_with(flat_gate="continuous", **kw), SEPS, mean_token=1).eval()
+    torch.manual_seed(2)
+    src = torch.randint(4, 50, (3, 7))
+    src[:, 0], src[::2, 3] = SEPS[0], SEPS[0] + 1
+    src[1, 5:] = 0
+    tgt = torch.randint(4, 50, (3, 5))
+    tgt[:, 0], tgt[0, 2] = SEPS[0], SEPS[0] + 1
+    tgt[2, 4:] = 0
+    with torch.no_grad():
+        alone = torch.cat([model(src[i: i + 1], tgt[i: i + 1]) for i in range(3)])
+        with rows_apart(model):
+            apart = model(src, tgt)
+        together = model(src, tgt)
+    real = tgt.ne(0)
+    torch.testing.assert_close(apart[real], alone[real], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(together[real], alone[real], atol=1e-4)
+
+
 def test_closed_gate_decodes_each_instance_like_a_doc2doc_model_alone():
     """With the gate closed, beam search over a batch (ragged prefixes forced, as in two-pass
     decoding) gives every instance what a Doc2Doc Transformer with the same weights -- behind the
@@ -519,6 +544,28 @@ def test_global_index_restarts_after_the_largest_index_token(tiny_vocab):
     assert joiner.start_for(2 * top + 5) == tiny_vocab.sep(5)
     assert joiner.prefix([[10]], first=top) == [10, tiny_vocab.eos, tiny_vocab.sep(1)]
     assert joiner.sentence_ids(torch.tensor(ids[None])).tolist() == [[0, 0, 0, 1, 1, 1, 2, 2, 2]]
+
+
+@pytest.mark.slow
+def test_scoring_keeps_the_instances_of_a_batch_apart(tiny_dir, tiny_model):
+    """Teacher-forced scoring (suites, CXMI, attention entropy) of a model that looks across its
+    batch: batches of many pseudo-documents score what batches of one do, per-sentence
+    log-probabilities and each attention kind's entropy (flat-batch attention's too)."""
+    import warnings
+
+    from docnmt.readers import read_documents
+    from docnmt.scoring import attention_entropy, document_logprobs
+    tr = Translator.load(tiny_model("docflat"), device="cpu")
+    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")[:2]
+    for d in docs:
+        d.src, d.tgt = d.src[:8], d.tgt[:8]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                          # every instance over 1 token: a batch each
+        one = document_logprobs(tr, docs, max_tokens=1), attention_entropy(tr, docs, max_tokens=1)
+    many = document_logprobs(tr, docs, max_tokens=4000), attention_entropy(tr, docs, max_tokens=4000)
+    assert np.asarray(many[0], dtype=float) == pytest.approx(np.asarray(one[0], dtype=float), abs=1e-3)
+    assert {"enc_fba", "dec_fba"} <= many[1]["entropy_bits"].keys()
+    assert many[1]["entropy_bits"] == pytest.approx(one[1]["entropy_bits"], abs=1e-4)
 
 
 @pytest.mark.slow
