@@ -86,6 +86,10 @@ class ModelConfig:
             raise ConfigError(f"position_offset must be at least 0, not {self.position_offset}")
         if self.output_tokens < 0:
             raise ConfigError(f"output_tokens must be at least 0, not {self.output_tokens}")
+        if self.sentence_positions and (self.alibi or self.tgt_lang_token >= 0):
+            raise ConfigError("sentence_positions restarts position vectors in every sentence: not with "
+                              + ("ALiBi (model.alibi), which has none" if self.alibi else
+                                 "a target language token after the start token (mBART, NLLB)"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -321,14 +325,14 @@ def rows_apart(model: nn.Module):
     ``rows_apart`` attribute: DocFlat's flat-batch attention and its baselines) keeps each row to
     itself, so a batch computes what each of its rows would alone (teacher-forced scoring of a
     method with ``score_alone``). The shared Transformer's rows never meet."""
-    mods = [m for m in model.modules() if hasattr(m, "rows_apart")]
-    for m in mods:
+    mods = [(m, m.rows_apart) for m in model.modules() if hasattr(m, "rows_apart")]
+    for m, _ in mods:
         m.rows_apart = True
     try:
         yield model
     finally:
-        for m in mods:
-            m.rows_apart = False
+        for m, before in mods:
+            m.rows_apart = before
 
 
 class AttentionPolicy(nn.Module):
@@ -536,7 +540,9 @@ class Transformer(nn.Module):
     def embed_source(self, src: Tensor, extra: dict) -> Tensor:
         """Method hook: the encoder's input vectors for ``src``; it may add batch-first tensors
         to ``extra`` (the future ``EncoderOut.extra``)."""
-        return self.encoder.embed(src, at=self._positions(src, first_word=0))
+        # a language code before the source (src_lang_token) puts every sentence's first word at 1
+        lead = int(self.cfg.src_lang_token >= 0 and not self.cfg.src_lang_last)
+        return self.encoder.embed(src, at=self._positions(src, first_word=lead))
 
     def embed_target(self, tgt_in: Tensor, offset: int, enc: EncoderOut) -> Tensor:
         """Method hook: the decoder's input vectors for the tokens ``tgt_in[:, offset:]`` (with

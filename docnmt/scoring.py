@@ -15,7 +15,6 @@ from typing import Iterable
 
 import numpy as np
 import torch
-from torch import Tensor
 from tqdm.auto import tqdm
 
 from .attention import AttentionProbe, module_kind
@@ -229,17 +228,6 @@ def attention_entropy(translator, docs: list[Document], progress: bool = False,
             "context_share": meter.result("context_share")}
 
 
-def _per_instance(h: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
-    """A record over the whole batch, (1, T), back to one row per instance: flat-batch attention's
-    queries are the batch's real tokens in order (T = real tokens), the ABD baseline's one pooled
-    query per instance (T = instances); anything else stays one row."""
-    if h.size(0) == 1 and h.size(1) == int(real.sum()):
-        return h.new_full(real.shape, float("nan")).masked_scatter(real, h[0]), real
-    if h.size(0) == 1 and h.size(1) == real.size(0):
-        return h[0][:, None], torch.ones(real.size(0), 1, dtype=torch.bool, device=h.device)
-    return h, torch.ones_like(h, dtype=torch.bool)
-
-
 class EntropyMeter:
     """Attention entropy per module kind (docs/methods/discourse.md#attention-entropy): per
     instance the mean over its real (non-pad) queries of the entropy in bits of the head-averaged
@@ -258,8 +246,10 @@ class EntropyMeter:
                 side = "ctx" if kind.startswith("ctx") else "src" if kind.startswith("enc") else "tgt_in"
                 real = batch[side].ne(pad)
                 for h in records:
-                    if h.shape != real.shape:  # flat-batch attention (DocFlat): one row of the batch's real tokens
-                        h, real = _per_instance(h, real)
+                    if h.shape == (real.size(0), real.size(1) + 1):     # a position the model put first
+                        real = torch.nn.functional.pad(real, (1, 0), value=True)   # (DocFlat's MBE mean)
+                    elif h.shape != real.shape:  # flat-batch attention (DocFlat): one row of the batch's real tokens
+                        real = torch.ones_like(h, dtype=torch.bool)
                     ok = real & ~h.isnan()     # NaN: a query outside every sentence (context share)
                     per_instance = (h.nan_to_num(0.0) * ok).sum(1) / ok.sum(1).clamp_min(1)
                     key = (stat, kind)

@@ -92,6 +92,29 @@ def test_methods_that_read_positions_their_own_way_refuse_it(tiny_vocab, preset,
         model_for(preset, tiny_vocab)
 
 
+def test_a_source_language_code_moves_every_first_word_to_one(tiny_vocab):
+    """An imported model's language code before the source: the sentence model read ``lang x </s>``."""
+    v = tiny_vocab
+    model, _ = model_for("doc2doc_small", v, **{"model.src_lang_token": 7})
+    src = model.with_source_language(ids(make_joiner(v, "index").source([np.array([10, 11]), np.array([12])])))
+    lead = int(model.cfg.src_lang_token >= 0)
+    assert model._positions(src, lead).tolist() == [[0, 1, 2, 0, 1, 2]]
+    with torch.no_grad():
+        x = model.embed_source(src, {})
+        torch.testing.assert_close(x[0, 4], model.encoder.embed(ids([12]), 1, dropout=False)[0, 0])
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"data.separator": "uniform"}, r"^sentence_positions needs numbered separators"),
+    ({"model.alibi": True}, r"^command line: model: sentence_positions .*not with ALiBi"),
+    ({"model.tgt_lang_token": 7}, r"^command line: model: sentence_positions .*not with a target language token"),
+])
+def test_settings_where_restarting_positions_means_nothing_are_refused(tiny_vocab, over, message):
+    with pytest.raises(ConfigError, match=message):
+        model_for("doc2doc_small", tiny_vocab, **over)
+    model_for("doc2doc_small", tiny_vocab, sentence_positions=False, **over)
+
+
 def test_export_hf_refuses_a_model_with_sentence_positions(tiny_vocab):
     from docnmt.hf import _exportable
     cfg = Config.load("doc2doc_small").override({"model.sentence_positions": True})

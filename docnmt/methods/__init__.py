@@ -57,6 +57,9 @@ def check(cfg) -> None:
     requirements on data and decoding settings."""
     if cfg.data.separator not in FORMATS:
         raise ConfigError(f"unknown separator {cfg.data.separator!r}; choose one of {', '.join(FORMATS)}")
+    if cfg.model.sentence_positions and cfg.data.separator == "uniform":
+        raise ConfigError("sentence_positions needs numbered separators (data.separator: index): with one "
+                          "<sep> for every sentence and positions restarting, the order of the sentences is lost")
     method = get(cfg.method_name)
     if method.check is not None:
         method.check(cfg)

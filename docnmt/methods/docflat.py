@@ -131,6 +131,8 @@ class FlatBatchSublayer(Sublayer):
             return self._between_datapoints(x, pad)
         if state.cache is not None and self.side == "dec":
             return self._incremental(x, state)
+        if self.rows_apart:       # every row to itself: attention within each row (causal in time on the decoder)
+            return self.attn(x, x, AttnSpec(mask=pad[:, None, None, :], is_causal=self.side == "dec"))
         flat, idx = flatten_batch(x, pad)
         return unflatten_batch(self.attn(flat, flat, self.flat_spec(x, idx, state)), idx, x.shape)
 
@@ -141,18 +143,17 @@ class FlatBatchSublayer(Sublayer):
         n, m = x.shape[:2]
         causal = self.side == "dec" and not self.time_aligned
         private = state.specs.get(f"{self.side}_fba_private")
-        if private is None and not self.time_aligned and not self.rows_apart:
+        if private is None and not self.time_aligned:
             return AttnSpec(is_causal=causal)
         flat_pos = torch.arange(n * m, device=x.device)[idx]
         inst, pos = flat_pos // m, flat_pos % m
         hidden = None if private is None else private.mask[:, 0, 0, -m:].reshape(-1)[idx]
-        apart = self.rows_apart
 
         def blocked(i: Tensor, j: Tensor) -> Tensor:    # query i, key j: flattened real positions
             out = pos[j] > pos[i] if self.time_aligned else (j > i if causal else i < 0)
             if hidden is not None:      # flat_scope current: keys of other instances only in their current sentence
                 out = out | (hidden[j] & (inst[j] != inst[i]))
-            return out | (inst[j] != inst[i]) if apart else out
+            return out
 
         every = torch.arange(len(idx), device=x.device)
         return AttnSpec(mask=blocked(every[:, None], every[None, :])[None, None],
@@ -353,7 +354,7 @@ def sentence_attention_map(translator, doc, start: int = 0, batch: int = 16) -> 
         sent_of[k] = b - 1                                         # the end token, and pads (dropped)
         for j in reversed(range(len(sents))):
             sent_of[k, : ends[j]] = a + j
-    x = model.encoder.embed(src, dropout=False)
+    x = model.embed_source(src, {})                               # (eval mode: no dropout)
     if sub.pre_norm:                                               # a pre-LN sublayer attends over LN(x)
         x = sub.norm(x)
     pad = src.eq(model.cfg.pad_id)

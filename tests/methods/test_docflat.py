@@ -547,15 +547,18 @@ def test_global_index_restarts_after_the_largest_index_token(tiny_vocab):
 
 
 @pytest.mark.slow
-def test_scoring_keeps_the_instances_of_a_batch_apart(tiny_dir, tiny_model):
+@pytest.mark.parametrize("kind", ["docflat", "mbe"])
+def test_scoring_keeps_the_instances_of_a_batch_apart(tiny_dir, tiny_model, kind):
     """Teacher-forced scoring (suites, CXMI, attention entropy) of a model that looks across its
     batch: batches of many pseudo-documents score what batches of one do, per-sentence
-    log-probabilities and each attention kind's entropy (flat-batch attention's too)."""
+    log-probabilities and each attention kind's entropy (flat-batch attention's too); without
+    keeping them apart they would not."""
     import warnings
+    from dataclasses import replace as replace_record
 
     from docnmt.readers import read_documents
     from docnmt.scoring import attention_entropy, document_logprobs
-    tr = Translator.load(tiny_model("docflat"), device="cpu")
+    tr = Translator.load(tiny_model(kind), device="cpu")
     docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")[:2]
     for d in docs:
         d.src, d.tgt = d.src[:8], d.tgt[:8]
@@ -564,8 +567,13 @@ def test_scoring_keeps_the_instances_of_a_batch_apart(tiny_dir, tiny_model):
         one = document_logprobs(tr, docs, max_tokens=1), attention_entropy(tr, docs, max_tokens=1)
     many = document_logprobs(tr, docs, max_tokens=4000), attention_entropy(tr, docs, max_tokens=4000)
     assert np.asarray(many[0], dtype=float) == pytest.approx(np.asarray(one[0], dtype=float), abs=1e-3)
-    assert {"enc_fba", "dec_fba"} <= many[1]["entropy_bits"].keys()
+    if kind == "docflat":
+        assert {"enc_fba", "dec_fba"} <= many[1]["entropy_bits"].keys()
     assert many[1]["entropy_bits"] == pytest.approx(one[1]["entropy_bits"], abs=1e-4)
+    assert many[1]["self_distance_tokens"] == pytest.approx(one[1]["self_distance_tokens"], abs=1e-4)
+    tr.method = replace_record(tr.method, score_alone=False)         # the rows see each other
+    mixed = document_logprobs(tr, docs, max_tokens=4000)
+    assert np.asarray(mixed, dtype=float) != pytest.approx(np.asarray(one[0], dtype=float), abs=1e-3)
 
 
 @pytest.mark.slow
