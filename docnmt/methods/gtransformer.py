@@ -183,7 +183,9 @@ class SentencePositionsTransformer(Transformer):
         return embed.dropout(x + self.sentence_embed(tags).to(x.dtype))
 
     def embed_source(self, src: Tensor, extra: dict) -> Tensor:
-        return self._embed(self.encoder.embed, src, 0, first_word=0)
+        # a language code before the source (src_lang_token): the sentence model read ``lang x </s>``
+        lead = int(self.cfg.src_lang_token >= 0 and not self.cfg.src_lang_last)
+        return self._embed(self.encoder.embed, src, 0, first_word=lead)
 
     def embed_target(self, tgt_in: Tensor, offset: int, enc) -> Tensor:
         return self._embed(self.decoder.embed, tgt_in, offset, first_word=1)    # positions from the whole prefix
@@ -296,6 +298,9 @@ def _check(cfg) -> None:
     if cfg.model.sentence_positions:
         raise ConfigError("a G-Transformer restarts its positions with method.sentence_positions (which adds its "
                           "sentence-index vectors), not model.sentence_positions")
+    if cfg.method.sentence_positions and cfg.model.tgt_lang_token >= 0:
+        raise ConfigError("method.sentence_positions does not follow a target language token after the start "
+                          "token (mBART, NLLB)")
 
 
 def _start_token(translator, search, first: int) -> int | None:

@@ -253,10 +253,28 @@ def test_with_sentence_positions_every_sentence_starts_as_if_alone(positions):
             assert not torch.allclose(model.decode(tgt, model.encode(src))[:, 5:], alone, atol=1e-3)
 
 
+def test_sentence_positions_follow_a_source_language_code():
+    """An imported model's language code before the source (``lang x </s>`` in its sentence
+    training): every sentence's first word at position 1, its ``<s>`` at 0."""
+    from dataclasses import replace
+    model = build(replace(CFG, src_lang_token=7), GTransformerOptions(sentence_positions=True), BOS, EOD).eval()
+    src = model.with_source_language(torch.tensor([doc(3, 2)]))          # lang <s> w w w </s> <s> w w </s>
+    embed = model.encoder.embed
+    with torch.no_grad():
+        x = model.embed_source(src, {})
+        for i, p in [(2, 1), (3, 2), (7, 1), (8, 2)]:
+            want = embed.table.weight[src[0, i]] * embed.scale + embed.positions(3)[p]
+            torch.testing.assert_close(x[0, i], want)
+
+
 def test_sentence_positions_is_a_method_setting():
     cfg = tiny_config("doc2doc").override({"method.name": "gtransformer", "data.separator": "group",
                                            "method.sentence_positions": "true"})
     assert cfg.method.sentence_positions is True and cfg.model.positions == "sinusoidal"
+    from docnmt.methods import check
+    with pytest.raises(ConfigError, match="^method.sentence_positions does not follow a target language token"):
+        check(cfg.override({"model.tgt_lang_token": 7}))
+    check(cfg.override({"model.src_lang_token": 7}))
 
 
 # ---- incremental decoding with dynamic tags equals the full pass -----------------------------
