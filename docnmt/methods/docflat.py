@@ -79,6 +79,8 @@ class DocFlatOptions:
     flat_scope: str = "all"           # all: every token of the batch | current: others' current sentences only
     shuffled_data: bool = False       # the paper's data-shuffling ablation: train on shuffled, length-bucketed
                                       # batches (with data.batch_order: sorted); decoding stays consecutive
+    flat_gate_bias: float = 0.0       # ψ's bias at init (docnmt's; the paper gives none): < 0 starts the context
+                                      # gate mostly shut, the input kept (docs/methods/docflat.md#df-gate-bias)
 
     def __post_init__(self):
         for value, allowed, key in ((self.flat_gate, GATES, "flat_gate"),
@@ -324,9 +326,13 @@ def build(cfg: ModelConfig, opts: DocFlatOptions | None = None, sep_range: tuple
             return Layer(list(layer.sublayers), {0: FlatBatchSublayer(c, side, opts)} if on and i == 0 else None)
         return make_layer
 
-    return Transformer(cfg, DocFlatPolicy(cfg, sep_range, opts.flat_scope),
-                       with_fba(encoder_layer, "enc", opts.flat_sides != "decoder"),
-                       with_fba(decoder_layer, "dec", opts.flat_sides != "encoder"))
+    model = Transformer(cfg, DocFlatPolicy(cfg, sep_range, opts.flat_scope),
+                        with_fba(encoder_layer, "enc", opts.flat_sides != "decoder"),
+                        with_fba(decoder_layer, "dec", opts.flat_sides != "encoder"))
+    for mod in model.modules():           # (after the model's own initialisation, which zeroes biases)
+        if isinstance(mod, FlatBatchSublayer) and hasattr(mod, "gate"):
+            torch.nn.init.constant_(mod.gate.bias, opts.flat_gate_bias)
+    return model
 
 
 @torch.no_grad()

@@ -70,6 +70,8 @@ class GTransformerOptions:
                                     # | no_language_locality | no_translation_locality
     sentence_positions: bool = False  # positions restart in every sentence, plus a learned sentence-index vector
                                       # that starts at zero (docnmt's; docs/methods/gtransformer.md#positions)
+    gate_bias: float = 0.0          # the combination gates' bias at init (docnmt's; the paper's: 0): > 0 starts
+                                    # every combined attention near its local attention (docs/methods/gtransformer.md#gate-bias)
 
     def __post_init__(self):
         if self.group_ablation not in ABLATIONS:
@@ -192,8 +194,12 @@ class SentencePositionsTransformer(Transformer):
 
 
 def build(cfg: ModelConfig, opts: GTransformerOptions, bos: int, eod: int) -> Transformer:
-    model = SentencePositionsTransformer if opts.sentence_positions else Transformer
-    return model(cfg, GroupAttentionPolicy(cfg, bos, eod), *layer_builders(opts))
+    kind = SentencePositionsTransformer if opts.sentence_positions else Transformer
+    model = kind(cfg, GroupAttentionPolicy(cfg, bos, eod), *layer_builders(opts))
+    for mod in model.modules():           # (after the model's own initialisation, which zeroes biases)
+        if isinstance(mod, CombinedAttentionSublayer):
+            torch.nn.init.constant_(mod.gate.bias, opts.gate_bias)
+    return model
 
 
 class FrameConstraint:

@@ -155,6 +155,21 @@ def test_closed_gate_makes_instances_independent():
                                                                    for i in range(3)]))
 
 
+@pytest.mark.parametrize("bias", [0.0, -30.0])
+def test_a_large_negative_gate_bias_starts_the_context_gate_shut(bias):
+    """``method.flat_gate_bias`` (docs/methods/docflat.md#df-gate-bias): ψ's bias after the model's
+    own initialisation; with a large negative one no instance sees the others, with 0 they do."""
+    model = docflat.build(CFG, cfg_with(flat_gate="discrete", flat_gate_bias=bias)).eval()
+    biases = [m.gate.bias for m in model.modules() if isinstance(m, docflat.FlatBatchSublayer)]
+    assert len(biases) == 2 and all(torch.all(b == bias) for b in biases)
+    torch.manual_seed(4)
+    src, tgt = torch.randint(4, 60, (3, 7)), torch.randint(4, 60, (3, 5))
+    with torch.no_grad():
+        together = model(src, tgt)
+        alone = torch.cat([model(src[i: i + 1], tgt[i: i + 1]) for i in range(3)])
+    assert torch.allclose(together, alone, atol=1e-5) == (bias < 0)
+
+
 @pytest.mark.parametrize("kw", [{}, {"flat_dec_mask": "time_aligned"}, {"flat_scope": "current"},
                                 {"flat_block": "abd", "flat_sides": "encoder"}, {"flat_block": "mbe"}])
 def test_rows_apart_computes_every_row_of_a_batch_as_if_alone(kw):

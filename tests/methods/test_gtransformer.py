@@ -267,6 +267,24 @@ def test_sentence_positions_follow_a_source_language_code():
             torch.testing.assert_close(x[0, i], want)
 
 
+@pytest.mark.parametrize("bias", [0.0, 30.0])
+def test_a_large_gate_bias_starts_every_combined_attention_on_its_local_attention(bias):
+    """``method.gate_bias`` (docs/methods/gtransformer.md#gate-bias): set after the model's own
+    initialisation; with a large bias the global attention's weights do not matter, with 0 they do."""
+    torch.manual_seed(0)
+    model = build(CFG, GTransformerOptions(gate_bias=bias), BOS, EOD).eval()
+    gates = [m.gate.bias for m in model.modules() if hasattr(m, "attn_global")]
+    assert gates and all(torch.all(b == bias) for b in gates)
+    src, tgt = torch.tensor([doc(3, 4)]), torch.tensor([[EOD] + doc(2, 3)[:-1]])
+    with torch.no_grad():
+        before = model(src, tgt)
+        for m in model.modules():
+            if hasattr(m, "attn_global"):
+                torch.nn.init.normal_(m.attn_global.in_proj.weight)
+        after = model(src, tgt)
+    assert torch.allclose(before, after, atol=1e-4) == (bias > 0)
+
+
 def test_sentence_positions_is_a_method_setting():
     cfg = tiny_config("doc2doc").override({"method.name": "gtransformer", "data.separator": "group",
                                            "method.sentence_positions": "true"})
