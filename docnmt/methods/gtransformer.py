@@ -71,7 +71,8 @@ class GTransformerOptions:
     sentence_positions: bool = False  # positions restart in every sentence, plus a learned sentence-index vector
                                       # that starts at zero (docnmt's; docs/methods/gtransformer.md#positions)
     gate_bias: float = 0.0          # the combination gates' bias at init (docnmt's; the paper's: 0): > 0 starts
-                                    # every combined attention near its local attention (docs/methods/gtransformer.md#gate-bias)
+                                    # every combined attention near its local attention
+                                    # (docs/methods/gtransformer.md#gate-bias)
 
     def __post_init__(self):
         if self.group_ablation not in ABLATIONS:
