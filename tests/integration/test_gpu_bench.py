@@ -69,3 +69,27 @@ def test_tierl_stops_at_its_deadline_and_keeps_what_it_did(tmp_path):
     assert set(rcs[1:]) == {"skipped: an earlier step failed"}, rcs
     assert summary["ok"] is False and 14 < summary["seconds"] < 30 and time.time() - t0 < 60, summary
     assert tarfile.is_tarfile(tmp_path / "tierl.tar.gz") and not list(tmp_path.glob("*.tmp"))
+
+
+def test_speed_keeps_the_docnmt_figures_when_hugging_face_fails_and_writes_every_row(tmp_path, monkeypatch):
+    """bench/gpu/speed.py: an error on the Hugging Face side (another transformers version) is
+    recorded beside docnmt's figures instead of losing them, and the G-Transformer's rows reach
+    speed.json one at a time (a stage killed at its deadline keeps what it measured)."""
+    import importlib.util
+    subprocess.run([sys.executable, str(ROOT / "bench/gpu/prepare.py"), "--dry-run"], cwd=ROOT, check=True,
+                   capture_output=True)
+    spec = importlib.util.spec_from_file_location("gpu_speed", ROOT / "bench/gpu/speed.py")
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+
+    def broken(*a, **kw):
+        raise RuntimeError("MarianConfig got an unexpected keyword")
+    monkeypatch.setattr(speed, "marian_like", broken)
+    data = ROOT / "bench/gpu/data-dry/tierl"
+    out = speed.decode_speed(data, 8, 4, 4, dry=True)
+    assert out["docnmt"]["generated_tokens_per_s"] > 0 and "unexpected keyword" in out["huggingface"]["error"]
+    out = speed.train_speed(data, "sent2sent", 1000, 2, 1, True, None)
+    assert out["docnmt"]["target_tokens_per_s"] > 0 and "unexpected keyword" in out["huggingface"]["error"]
+    seen = []
+    rows = speed.long_instances([128], 1, True, time.time() + 60, on_row=lambda r: seen.append(len(r)))
+    assert seen == [1, 2, 3] and [r["model"] for r in rows] == ["flex", "dense", "vanilla"]
