@@ -582,7 +582,7 @@ class Trainer:
         tc = self.cfg.train
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        total_loss = total_nll = 0.0
+        sums = []               # (loss, nll) per micro-batch, read back in one host sync after the loop
         ntokens = 0
         for i, batch in enumerate(batches):
             batch = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in batch.items()}
@@ -592,9 +592,12 @@ class Trainer:
                                      enabled=self.amp_dtype is not None):
                 loss, nll, n = forward_loss(self.ddp, batch, tc.label_smoothing)
                 self.scaler.scale(loss).backward()
-            total_loss += loss.item()
-            total_nll += nll.item()
+            sums.append(torch.stack([loss.detach(), nll.detach()]).double())
             ntokens += n
+        total_loss = total_nll = 0.0
+        for loss_i, nll_i in torch.stack(sums).tolist():      # summed as floats, in order, as before
+            total_loss += loss_i
+            total_nll += nll_i
         total_loss, total_nll, all_tokens = self.dist.all_sum([total_loss, total_nll, float(ntokens)])
         if not math.isfinite(total_loss):       # diverged: stop before the step spoils the weights
             last = last_checkpoint(self.save_dir)
@@ -605,9 +608,9 @@ class Trainer:
                                  else "no checkpoint was saved yet: lower --lr or set --clip-norm"))
         self.scaler.unscale_(self.optimizer)
         scale = self.dist.world / max(all_tokens, 1.0)    # DDP averaged over ranks; make it per-token
-        for param in self.model.parameters():
-            if param.grad is not None:
-                param.grad.mul_(scale)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, scale)       # one call, not one per parameter
         if tc.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_norm)
         self.scaler.step(self.optimizer)
