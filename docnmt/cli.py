@@ -43,7 +43,7 @@ TRAIN_FLAGS = {
     "--length-aware": ("model.length_aware", bool, "length-aware attention (logits x log n / log mean n)",
                        "methods"),
     "--sentence-positions": ("model.sentence_positions", bool, "positions restart in every sentence of an instance "
-                             "(Doc2Doc, DocFlat fine-tuned from a sentence model)", "methods"),
+                             "(Doc2Doc, DocFlat)", "methods"),
     "--lr": ("train.lr", float, "peak learning rate", "optimisation"),
     "--warmup-updates": ("train.warmup_updates", int, "linear warm-up of the inverse-sqrt schedule",
                          "optimisation"),

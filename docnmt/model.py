@@ -501,6 +501,11 @@ class Transformer(nn.Module):
         ``sentence_positions`` restarts the count."""
         self.sentence_openers = torch.tensor(sorted(ids), dtype=torch.long, device=self.sentence_openers.device)
 
+    def source_first_word(self) -> int:
+        """Where a plain sentence model's source puts its first word: 1 after a language code
+        (``src_lang_token`` first), else 0."""
+        return int(self.cfg.src_lang_token >= 0 and not self.cfg.src_lang_last)
+
     def _positions(self, tokens: Tensor, first_word: int) -> Tensor | None:
         if not self.cfg.sentence_positions:
             return None
@@ -540,9 +545,7 @@ class Transformer(nn.Module):
     def embed_source(self, src: Tensor, extra: dict) -> Tensor:
         """Method hook: the encoder's input vectors for ``src``; it may add batch-first tensors
         to ``extra`` (the future ``EncoderOut.extra``)."""
-        # a language code before the source (src_lang_token) puts every sentence's first word at 1
-        lead = int(self.cfg.src_lang_token >= 0 and not self.cfg.src_lang_last)
-        return self.encoder.embed(src, at=self._positions(src, first_word=lead))
+        return self.encoder.embed(src, at=self._positions(src, first_word=self.source_first_word()))
 
     def embed_target(self, tgt_in: Tensor, offset: int, enc: EncoderOut) -> Tensor:
         """Method hook: the decoder's input vectors for the tokens ``tgt_in[:, offset:]`` (with

@@ -92,6 +92,8 @@ class BaseVocab:
         self.extra = list(extra_symbols)
         self.symbol_ids = {s: self.n_pieces + i for i, s in enumerate(self.extra)}
         self.max_sep = sum(1 for s in self.extra if re.fullmatch(r"<sep\d+>", s))
+        # every separator symbol (<sep>, <sep1> …): what opens a new sentence inside an instance
+        self.sep_ids = {self.symbol_ids[s] for s in self.extra if s.startswith("<sep")}
 
     def __len__(self) -> int:
         return self.n_pieces + len(self.extra)

@@ -27,7 +27,7 @@ class Joiner:
 
     def __init__(self, vocab: Vocab, separator: str = "index"):
         self.vocab, self.indexed = vocab, separator == "index"
-        self.sep_ids = set(vocab.symbol_ids[s] for s in vocab.extra if s.startswith("<sep"))
+        self.sep_ids = set(vocab.sep_ids)
         self.start, self.end = vocab.bos, vocab.eos
         self.context_sents, self.context_self = 0, False
 

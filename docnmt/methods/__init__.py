@@ -71,7 +71,7 @@ def build_model(cfg, vocab: Vocab) -> Transformer:
     check(cfg)
     model = get(cfg.method_name).build(cfg.model, cfg.method, vocab)
     if cfg.model.sentence_positions:     # a sentence opens with <s> or a separator (<sep>, <sepI>)
-        model.set_sentence_openers([vocab.bos, *(vocab.symbol_ids[s] for s in vocab.extra if s.startswith("<sep"))])
+        model.set_sentence_openers([vocab.bos, *vocab.sep_ids])
     if cfg.model.length_aware:
         model.length_scale = length_bias.LengthAwareScale()
     return model

@@ -186,9 +186,7 @@ class SentencePositionsTransformer(Transformer):
         return embed.dropout(x + self.sentence_embed(tags).to(x.dtype))
 
     def embed_source(self, src: Tensor, extra: dict) -> Tensor:
-        # a language code before the source (src_lang_token): the sentence model read ``lang x </s>``
-        lead = int(self.cfg.src_lang_token >= 0 and not self.cfg.src_lang_last)
-        return self._embed(self.encoder.embed, src, 0, first_word=lead)
+        return self._embed(self.encoder.embed, src, 0, first_word=self.source_first_word())
 
     def embed_target(self, tgt_in: Tensor, offset: int, enc) -> Tensor:
         return self._embed(self.decoder.embed, tgt_in, offset, first_word=1)    # positions from the whole prefix
