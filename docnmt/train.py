@@ -61,6 +61,18 @@ log = logging.getLogger("docnmt.train")
 # Pieces
 # --------------------------------------------------------------------------------------------
 
+def device_rng_state(device: torch.device) -> torch.Tensor | None:
+    """The random state of a CUDA device (None on the CPU, whose state torch.get_rng_state has)."""
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def set_device_rng_state(device: torch.device, state: torch.Tensor | None) -> None:
+    """Put back what :func:`device_rng_state` returned (nothing to do for None: a CPU run, or a
+    checkpoint written before accelerator states were kept)."""
+    if state is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+
+
 def inverse_sqrt(peak: float, warmup: int):
     """fairseq ``inverse_sqrt`` as a factor of the peak: u/W during warm-up, sqrt(W/u) after."""
     warmup = max(1, warmup)
@@ -438,7 +450,9 @@ class Trainer:
         # a checkpoint saved between validations (or by a run killed while validating its last
         # update) gets the validation the uninterrupted run did there, when training ends on it
         self._validated_at = self.progress.updates if self._validated_here() else -1
-        torch.set_rng_state(state["rng"][self.dist.rank] if self.dist.rank < len(state["rng"]) else state["rng"][0])
+        mine = self.dist.rank if self.dist.rank < len(state["rng"]) else 0
+        torch.set_rng_state(state["rng"][mine])
+        set_device_rng_state(self.device, state.get("device_rng", [None] * len(state["rng"]))[mine])
         if self.progress.epoch > 1:
             self.train_set = self.make_train_set(self.progress.epoch)
         log.info("resumed from %s at update %d (epoch %d)", path, self.progress.updates, self.progress.epoch)
@@ -690,19 +704,22 @@ class Trainer:
         if self.dist.main:
             state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                      "scaler": self.scaler.state_dict(), "progress": self.progress.to_dict(),
-                     "rng": self._gather_rng(), "pretrained": self.pretrained}
+                     "pretrained": self.pretrained}
+            state["rng"], state["device_rng"] = self._gather_rng()
             save_checkpoint(self.save_dir, name, self.model, state, self.cfg.train.keep_last, best=best)
         else:
             self._gather_rng()
         self.dist.barrier()
 
-    def _gather_rng(self) -> list[torch.Tensor]:
-        rng = torch.get_rng_state()
+    def _gather_rng(self) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        """Every rank's CPU and accelerator random states (dropout on a GPU draws from the
+        latter: without it a resumed run's dropout masks differ from the uninterrupted run's)."""
+        mine = (torch.get_rng_state(), device_rng_state(self.device))
         if self.dist.world == 1:
-            return [rng]
+            return [mine[0]], [mine[1]]
         out = [None] * self.dist.world
-        dist.all_gather_object(out, rng)
-        return out
+        dist.all_gather_object(out, mine)
+        return [cpu for cpu, _ in out], [dev for _, dev in out]
 
     def _log_train(self, window: dict, bar) -> None:
         p = self.progress

@@ -106,6 +106,33 @@ def test_state_file_loads_with_weights_only(data, tmp_path):
     assert state["progress"]["updates"] == 3 and "optimizer" in state
 
 
+def test_device_random_state_is_kept_in_checkpoints_and_put_back_on_resume(data, tmp_path, monkeypatch):
+    """A GPU run's dropout draws from the device's generator: a checkpoint keeps its state and a
+    resumed run puts it back (the CUDA calls themselves are faked here; tests/cuda runs them)."""
+    import docnmt.train as train
+    saved, restored = torch.arange(7, dtype=torch.uint8), []
+    monkeypatch.setattr(train, "device_rng_state", lambda device: saved.clone())
+    monkeypatch.setattr(train, "set_device_rng_state", lambda device, state: restored.append(state))
+    Trainer(tiny_config(max_update=2), data, tmp_path / "m", progress_bar=False).train()
+    state = load_state(last_checkpoint(tmp_path / "m"))
+    assert torch.equal(state["device_rng"][0], saved)
+    Trainer(tiny_config(max_update=3), data, tmp_path / "m", progress_bar=False).train()
+    assert len(restored) == 1 and torch.equal(restored[0], saved)
+
+
+def test_device_random_state_helpers_use_the_cuda_generator_of_a_cuda_device(monkeypatch):
+    import docnmt.train as train
+    calls = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: calls.append(("get", device)) or "state")
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: calls.append(("set", state, device)))
+    gpu, cpu = torch.device("cuda", 1), torch.device("cpu")
+    assert train.device_rng_state(cpu) is None and train.device_rng_state(gpu) == "state"
+    train.set_device_rng_state(cpu, "x")
+    train.set_device_rng_state(gpu, None)          # a checkpoint from before device states were kept
+    train.set_device_rng_state(gpu, "state")
+    assert calls == [("get", gpu), ("set", "state", gpu)]
+
+
 def test_existing_directory_is_never_overwritten(data, tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "notes.txt").write_text("mine")
