@@ -97,6 +97,46 @@ def forward_flops(m, src_len: np.ndarray, tgt_len: np.ndarray, vocab: int) -> fl
     return float(enc + dec + nt * 2 * d * vocab)
 
 
+def profile_steps(step, batches: list) -> dict:
+    """Where an update's time goes: ``step`` over ``batches`` under torch.profiler. On a GPU,
+    the kernels' summed time against the wall-clock time (a low ``gpu_busy`` means the host,
+    not the chip, sets the pace), kernel launches per update and the kernels that take longest.
+    The profiler's own overhead makes ``wall_s`` a little longer than an unprofiled run's."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if CUDA else [])
+    sync()
+    with profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        for b in batches:
+            step(b)
+        sync()
+        wall = time.perf_counter() - t0
+    by_name: dict[str, list] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            row = by_name.setdefault(e.name, [0.0, 0])
+            row[0] += e.time_range.elapsed_us() / 1e6
+            row[1] += 1
+    kernel_s = sum(t for t, _ in by_name.values())
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:8]
+    return {"updates": len(batches), "wall_s": wall, "kernel_s": kernel_s,
+            "gpu_busy": kernel_s / wall if CUDA else None,
+            "kernels_per_update": sum(n for _, n in by_name.values()) / len(batches),
+            "top_kernels": [{"name": name[:120], "seconds": t, "count": n} for name, (t, n) in top]}
+
+
+def same_batch(step, batch: dict, updates: int, tokens: int) -> dict:
+    """Target tokens/s of ``updates`` updates on one batch: set beside the figure on varied batches,
+    it shows what changing shapes cost (allocator growth, kernel choice per shape)."""
+    step(batch)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(updates):
+        step(batch)
+    sync()
+    return {"updates": updates, "target_tokens_per_s": tokens * updates / (time.perf_counter() - t0)}
+
+
 # ---- 1. training ------------------------------------------------------------------------------
 
 def marian_like(m, vocab_size: int, pad: int, bos: int, eos: int):
@@ -129,7 +169,8 @@ def hf_update(model, opt, batch: dict, pad: int, eps: float, clip: float) -> Non
     opt.step()
 
 
-def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: int, dry: bool, peak: float) -> dict:
+def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: int, dry: bool, peak: float,
+                diagnose: bool = False) -> dict:
     from docnmt.config import Config
     from docnmt.train import Trainer
     over = {"train.max_tokens": max_tokens, "train.precision": "bf16", "data.mode": kind, "train.warmup_updates": 100}
@@ -162,8 +203,13 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
                 step(b)
             sync()
             s = time.perf_counter() - t0
-            return {"seconds": s, "target_tokens_per_s": tokens / s, "peak_memory_mib": peak_mib(),
-                    "mfu": flops / s / (peak * 1e12) if peak else None}
+            row = {"seconds": s, "target_tokens_per_s": tokens / s, "peak_memory_mib": peak_mib(),
+                   "mfu": flops / s / (peak * 1e12) if peak else None}
+            if diagnose:
+                first = on_dev[warmup]
+                row["same_batch"] = same_batch(step, first, 3 if dry else 8, int(first["labels"].ne(pad).sum()))
+                row["profile"] = profile_steps(step, on_dev[warmup: warmup + 3])
+            return row
         out["docnmt"] = timed(lambda b: trainer.update([b]))
         out["docnmt"]["parameters"] = sum(p.numel() for p in trainer.model.parameters())
         vocab = trainer.vocab
@@ -372,7 +418,7 @@ def main() -> int:
     sizes = [128, 256] if dry else [512, 2048, 16384, 4096, 1024, 8192]
     gt_deadline = min(deadline, time.time() + 0.45 * a.budget)
     part("g_transformer_long", lambda: long_instances(sizes, 1 if dry else 3, dry, gt_deadline, rows_so_far))
-    part("train_documents", lambda: train_speed(data, "doc2doc", tok, n_upd, warm, dry, peak))
+    part("train_documents", lambda: train_speed(data, "doc2doc", tok, n_upd, warm, dry, peak, diagnose=True))
     part("decode_beam5", lambda: decode_speed(data, 16 if dry else 256, 8 if dry else 128, 8 if dry else 40, dry))
     part("train_sentences", lambda: train_speed(data, "sent2sent", tok, n_upd, warm, dry, peak))
     return 0

@@ -36,6 +36,10 @@ def test_dry_run_runs_every_stage_and_reports_every_figure(tmp_path):
     s = stages["speed"]
     for part in ("train_sentences", "train_documents"):
         assert s[part]["docnmt"]["target_tokens_per_s"] > 0 and s[part]["huggingface"]["target_tokens_per_s"] > 0
+    for side in ("docnmt", "huggingface"):      # the diagnosis of where training time goes
+        d = s["train_documents"][side]
+        assert d["same_batch"]["target_tokens_per_s"] > 0 and d["profile"]["updates"] == 3
+        assert d["profile"]["wall_s"] > 0 and "top_kernels" in d["profile"]
     assert s["decode_beam5"]["speedup"] > 0
     assert {row["model"] for row in s["g_transformer_long"] if "seconds" in row} == {"flex", "dense", "vanilla"}
     t = stages["tierl"]
