@@ -126,8 +126,11 @@ def attention_masked(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: f
     if spec.bias is None:
         n_q, n_k = q.size(-2), k.size(-2)
         if spec.mask is None and (not spec.is_causal or n_q == n_k or n_q == 1):
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout,
-                                                  is_causal=spec.is_causal and n_q > 1)
+            # a branch, not is_causal=(... and n_q > 1): torch.compile's symbolic n_q would make
+            # that a SymBool, which SDPA refuses (a graph break at every attention call)
+            if spec.is_causal and n_q > 1:
+                return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
         allowed = ~_blocked(spec, q.size(-2), k.size(-2), q.device)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout)
     bias = _dense(spec.bias).to(q.dtype)

@@ -160,9 +160,12 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
         return gh, gw, None, None, None
 
 
+@torch.compiler.disable
 def projected_label_smoothed_ce(hidden: Tensor, weight: Tensor, target: Tensor, eps: float,
                                 chunk: int = 512) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed cross-entropy of ``hidden @ weight.T`` (see the class above)."""
+    """Summed label-smoothed cross-entropy of ``hidden @ weight.T`` (see the class above). Never
+    compiled (``--compile``): a Python loop over chunks that computes gradients in its forward pass,
+    which torch.compile would trace chunk by chunk (and CPU Inductor fails to lower)."""
     if not torch.is_grad_enabled():   # validation: skip the gradient products
         hidden, weight = hidden.detach(), weight.detach()
     loss, nll = _ProjectedLabelSmoothedCE.apply(hidden, weight, target, eps, chunk)

@@ -276,6 +276,9 @@ class Trainer:
         if self.dist.world > 1:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        # the update's forward pass, compiled for dynamic shapes so that token batches of every
+        # shape share one compiled graph (validation and decoding stay eager)
+        self.train_model = torch.compile(self.ddp, dynamic=True) if tc.compile else self.ddp
         self.tb = self._tensorboard()
 
     # ---- set-up ------------------------------------------------------------------------------
@@ -604,7 +607,7 @@ class Trainer:
             ctx = self.ddp.no_sync() if (self.dist.world > 1 and not sync) else contextlib.nullcontext()
             with ctx, torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                                      enabled=self.amp_dtype is not None):
-                loss, nll, n = forward_loss(self.ddp, batch, tc.label_smoothing)
+                loss, nll, n = forward_loss(self.train_model, batch, tc.label_smoothing)
                 self.scaler.scale(loss).backward()
             sums.append(torch.stack([loss.detach(), nll.detach()]).double())
             ntokens += n

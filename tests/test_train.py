@@ -133,6 +133,31 @@ def test_device_random_state_helpers_use_the_cuda_generator_of_a_cuda_device(mon
     assert calls == [("get", gpu), ("set", "state", gpu)]
 
 
+@pytest.mark.slow
+def test_compiled_training_matches_eager_and_does_not_recompile_for_every_batch_shape(data, tmp_path, monkeypatch):
+    """--compile: the update's forward pass through torch.compile with dynamic shapes gives the
+    eager losses, and token batches of many shapes do not each compile again."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)
+    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
+    torch._dynamo.reset()
+    counters.clear()
+    run = lambda **k: tiny_config(max_update=8, log_interval=1, **k).override(  # noqa: E731
+        {"model.dropout": 0.0, "model.attention_dropout": 0.0, "model.activation_dropout": 0.0})
+    eager = Trainer(run(), data, tmp_path / "eager", progress_bar=False)
+    shapes = {tuple(eager.train_set.collate(b)["tgt_in"].shape) for b in eager.epoch_batches(1)[:8]}
+    assert len(shapes) >= 6                              # the batches below have many shapes
+    eager.train()
+    compiled = Trainer(run(compile=True), data, tmp_path / "compiled", progress_bar=False)
+    compiled.train()
+    assert counters["frames"]["ok"] >= 1                 # torch.compile did capture the forward pass
+    want, got = ({r["updates"]: r["loss"] for r in history(tmp_path / d) if "loss" in r} for d in ("eager", "compiled"))
+    assert list(want) == list(range(1, 9)) and got.keys() == want.keys()
+    assert got == pytest.approx(want, rel=1e-4)
+    torch._dynamo.reset()
+
+
 def test_existing_directory_is_never_overwritten(data, tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "notes.txt").write_text("mine")

@@ -170,10 +170,13 @@ def hf_update(model, opt, batch: dict, pad: int, eps: float, clip: float) -> Non
 
 
 def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: int, dry: bool, peak: float,
-                diagnose: bool = False) -> dict:
+                diagnose: bool = False, compiled: bool = False) -> dict:
+    """``compiled``: docnmt's ``--compile`` alone (its first update, which compiles, timed apart),
+    no Hugging Face model."""
     from docnmt.config import Config
     from docnmt.train import Trainer
-    over = {"train.max_tokens": max_tokens, "train.precision": "bf16", "data.mode": kind, "train.warmup_updates": 100}
+    over = {"train.max_tokens": max_tokens, "train.precision": "bf16", "data.mode": kind, "train.warmup_updates": 100,
+            "train.compile": compiled}
     if dry:
         over.update({"model.d_model": 64, "model.ffn_dim": 128, "model.heads": 4, "model.encoder_layers": 2,
                      "model.decoder_layers": 2})
@@ -195,16 +198,18 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
 
         def timed(step) -> dict:
             reset_peak()
+            t0 = time.perf_counter()
             for b in on_dev[:warmup]:
                 step(b)
             sync()
+            warm_s = time.perf_counter() - t0         # with --compile: the compiling
             t0 = time.perf_counter()
             for b in on_dev[warmup:]:
                 step(b)
             sync()
             s = time.perf_counter() - t0
             row = {"seconds": s, "target_tokens_per_s": tokens / s, "peak_memory_mib": peak_mib(),
-                   "mfu": flops / s / (peak * 1e12) if peak else None}
+                   "mfu": flops / s / (peak * 1e12) if peak else None, "warmup_seconds": warm_s}
             if diagnose:
                 first = on_dev[warmup]
                 row["same_batch"] = same_batch(step, first, 3 if dry else 8, int(first["labels"].ne(pad).sum()))
@@ -212,6 +217,8 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
             return row
         out["docnmt"] = timed(lambda b: trainer.update([b]))
         out["docnmt"]["parameters"] = sum(p.numel() for p in trainer.model.parameters())
+        if compiled:
+            return out
         vocab = trainer.vocab
         trainer = None          # frees its model and optimizer before the other model is built
         free_memory()
@@ -421,6 +428,9 @@ def main() -> int:
     part("train_documents", lambda: train_speed(data, "doc2doc", tok, n_upd, warm, dry, peak, diagnose=True))
     part("decode_beam5", lambda: decode_speed(data, 16 if dry else 256, 8 if dry else 128, 8 if dry else 40, dry))
     part("train_sentences", lambda: train_speed(data, "sent2sent", tok, n_upd, warm, dry, peak))
+    # last: docnmt --compile (its compile takes long on a slow host; give the stage a larger budget)
+    part("train_documents_compiled", lambda: train_speed(data, "doc2doc", tok, n_upd, warm, dry, peak,
+                                                          diagnose=True, compiled=True))
     return 0
 
 

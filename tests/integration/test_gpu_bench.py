@@ -40,6 +40,9 @@ def test_dry_run_runs_every_stage_and_reports_every_figure(tmp_path):
         d = s["train_documents"][side]
         assert d["same_batch"]["target_tokens_per_s"] > 0 and d["profile"]["updates"] == 3
         assert d["profile"]["wall_s"] > 0 and "top_kernels" in d["profile"]
+    c = s["train_documents_compiled"]["docnmt"]                # --compile, its compiling timed apart
+    assert c["target_tokens_per_s"] > 0 and c["warmup_seconds"] > 0 and c["profile"]["updates"] == 3
+    assert "huggingface" not in s["train_documents_compiled"]
     assert s["decode_beam5"]["speedup"] > 0
     assert {row["model"] for row in s["g_transformer_long"] if "seconds" in row} == {"flex", "dense", "vanilla"}
     t = stages["tierl"]
