@@ -19,8 +19,11 @@ the dense-attention count, real tokens only; training = 3 × forward). The parts
 its sizes in the order of what its target compares: 512 to warm up, 2K, 16K, then the others).
 Every part writes its figures to ``OUTDIR/speed.json`` (atomically) as soon as it has them, the
 G-Transformer after every row; a part that fails is recorded and the next one runs, and a failure
-of the Hugging Face side keeps the docnmt figures. Sizes shrink to a few seconds of CPU work with
-``--dry-run``.
+of the Hugging Face side keeps the docnmt figures. Then three docnmt-only diagnoses: the document
+training profiled (kernel time against wall-clock time, launches, longest kernels) and on one
+repeated batch; at 4× the tokens per batch (near 4× the tokens/s means the host sets the pace);
+and with ``--compile`` (last: its compiling takes long). Sizes shrink to a few seconds of CPU work
+with ``--dry-run``.
 """
 from __future__ import annotations
 
@@ -170,9 +173,9 @@ def hf_update(model, opt, batch: dict, pad: int, eps: float, clip: float) -> Non
 
 
 def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: int, dry: bool, peak: float,
-                diagnose: bool = False, compiled: bool = False) -> dict:
-    """``compiled``: docnmt's ``--compile`` alone (its first update, which compiles, timed apart),
-    no Hugging Face model."""
+                diagnose: bool = False, compiled: bool = False, alone: bool = False) -> dict:
+    """``compiled``: docnmt's ``--compile`` (the warm-up updates, which compile, timed apart);
+    ``alone``: docnmt only, no Hugging Face model."""
     from docnmt.config import Config
     from docnmt.train import Trainer
     over = {"train.max_tokens": max_tokens, "train.precision": "bf16", "data.mode": kind, "train.warmup_updates": 100,
@@ -188,7 +191,7 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
         pad = trainer.vocab.pad
         batches = trainer.epoch_batches(1)
         rng = np.random.default_rng(0)
-        picks = rng.choice(len(batches), min(len(batches), warmup + updates), replace=len(batches) < warmup + updates)
+        picks = rng.choice(len(batches), warmup + updates, replace=len(batches) < warmup + updates)
         collated = [trainer.train_set.collate(batches[i]) for i in picks]
         on_dev = [{k: (v.to(DEV) if torch.is_tensor(v) else v) for k, v in b.items()} for b in collated]
         flops = sum(3 * forward_flops(cfg.model, *lengths(b, pad), len(trainer.vocab)) for b in on_dev[warmup:])
@@ -217,7 +220,7 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
             return row
         out["docnmt"] = timed(lambda b: trainer.update([b]))
         out["docnmt"]["parameters"] = sum(p.numel() for p in trainer.model.parameters())
-        if compiled:
+        if alone:
             return out
         vocab = trainer.vocab
         trainer = None          # frees its model and optimizer before the other model is built
@@ -426,11 +429,13 @@ def main() -> int:
     gt_deadline = min(deadline, time.time() + 0.45 * a.budget)
     part("g_transformer_long", lambda: long_instances(sizes, 1 if dry else 3, dry, gt_deadline, rows_so_far))
     part("train_documents", lambda: train_speed(data, "doc2doc", tok, n_upd, warm, dry, peak, diagnose=True))
+    # the same at 4x the tokens per batch: near 4x the tokens/s if the host, not the chip, sets the pace
+    part("train_documents_4x", lambda: train_speed(data, "doc2doc", 4 * tok, 5, 2, dry, peak, alone=True))
     part("decode_beam5", lambda: decode_speed(data, 16 if dry else 256, 8 if dry else 128, 8 if dry else 40, dry))
     part("train_sentences", lambda: train_speed(data, "sent2sent", tok, n_upd, warm, dry, peak))
     # last: docnmt --compile (its compile takes long on a slow host; give the stage a larger budget)
     part("train_documents_compiled", lambda: train_speed(data, "doc2doc", tok, n_upd, warm, dry, peak,
-                                                          diagnose=True, compiled=True))
+                                                          diagnose=True, compiled=True, alone=True))
     return 0
 
 

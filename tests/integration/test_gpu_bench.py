@@ -43,6 +43,8 @@ def test_dry_run_runs_every_stage_and_reports_every_figure(tmp_path):
     c = s["train_documents_compiled"]["docnmt"]                # --compile, its compiling timed apart
     assert c["target_tokens_per_s"] > 0 and c["warmup_seconds"] > 0 and c["profile"]["updates"] == 3
     assert "huggingface" not in s["train_documents_compiled"]
+    assert s["train_documents_4x"]["max_tokens"] == 4 * s["train_documents"]["max_tokens"]
+    assert s["train_documents_4x"]["docnmt"]["target_tokens_per_s"] > 0
     assert s["decode_beam5"]["speedup"] > 0
     assert {row["model"] for row in s["g_transformer_long"] if "seconds" in row} == {"flex", "dense", "vanilla"}
     t = stages["tierl"]
