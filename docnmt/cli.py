@@ -71,8 +71,8 @@ TRAIN_FLAGS = {
     "--precision": ("train.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16 (autocast)",
                     "device"),
     "--threads": ("train.threads", int, "CPU threads (0 = torch's default)", "device"),
-    "--compile": ("train.compile", bool, "torch.compile the training forward pass (dynamic shapes, compiled once; "
-                  "for GPUs)", "device"),
+    "--compile": ("train.compile", bool, "torch.compile the training forward pass (dynamic shapes: new batch "
+                  "shapes do not compile again; for GPUs)", "device"),
     "--validate-interval-updates": ("train.validate_interval_updates", int,
                                     "validate (and save) every N updates (0 = at the end of each epoch)",
                                     "checkpoints"),

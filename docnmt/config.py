@@ -61,8 +61,8 @@ class TrainConfig:
     precision: str = "auto"      # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
     tensorboard_dir: str = ""
     threads: int = 0             # torch intra-op threads on CPU; 0 = torch's default
-    compile: bool = False        # torch.compile the training forward pass (dynamic shapes: one compile for
-                                 # every batch shape); pays on a GPU, where an eager step launches many small kernels
+    compile: bool = False        # torch.compile the training forward pass (dynamic shapes: new batch shapes do not
+                                 # compile again); meant for GPUs, where an eager step launches many small kernels
 
 
 @dataclass

@@ -160,7 +160,7 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
         return gh, gw, None, None, None
 
 
-@torch.compiler.disable
+@torch._disable_dynamo      # torch.compiler.disable, but torch._dynamo is imported at the first call, not here
 def projected_label_smoothed_ce(hidden: Tensor, weight: Tensor, target: Tensor, eps: float,
                                 chunk: int = 512) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy of ``hidden @ weight.T`` (see the class above). Never

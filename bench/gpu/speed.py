@@ -100,30 +100,38 @@ def forward_flops(m, src_len: np.ndarray, tgt_len: np.ndarray, vocab: int) -> fl
     return float(enc + dec + nt * 2 * d * vocab)
 
 
-def profile_steps(step, batches: list) -> dict:
-    """Where an update's time goes: ``step`` over ``batches`` under torch.profiler. On a GPU,
-    the kernels' summed time against the wall-clock time (a low ``gpu_busy`` means the host,
-    not the chip, sets the pace), kernel launches per update and the kernels that take longest.
-    The profiler's own overhead makes ``wall_s`` a little longer than an unprofiled run's."""
+def profile_steps(step, batches: list, unprofiled_s: float | None = None) -> dict:
+    """Where an update's time goes: ``step`` over ``batches`` under torch.profiler, recording the
+    GPU's activity only (recording every CPU operator too would slow the host it measures). The
+    time the GPU was busy (the union of its kernels' and copies' intervals; the annotations the
+    profiler mirrors onto the GPU timeline are left out) against the wall-clock time: a low
+    ``gpu_busy`` means the host, not the chip, sets the pace. Also kernel launches per update and
+    the kernels that take longest, and ``unprofiled_s`` (seconds per update without the profiler)
+    to show what the profiler itself cost."""
     from torch.profiler import ProfilerActivity, profile
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if CUDA else [])
     sync()
-    with profile(activities=activities) as prof:
+    with profile(activities=[ProfilerActivity.CUDA if CUDA else ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
         for b in batches:
             step(b)
         sync()
         wall = time.perf_counter() - t0
     by_name: dict[str, list] = {}
+    spans = []
     for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
+        if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False):
+            spans.append((e.time_range.start, e.time_range.end))
             row = by_name.setdefault(e.name, [0.0, 0])
             row[0] += e.time_range.elapsed_us() / 1e6
             row[1] += 1
-    kernel_s = sum(t for t, _ in by_name.values())
+    busy_us, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):          # overlapping intervals (several streams) count once
+        if end > reach:
+            busy_us += end - max(start, reach)
+            reach = end
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:8]
-    return {"updates": len(batches), "wall_s": wall, "kernel_s": kernel_s,
-            "gpu_busy": kernel_s / wall if CUDA else None,
+    return {"updates": len(batches), "wall_s": wall, "unprofiled_s_per_update": unprofiled_s,
+            "busy_s": busy_us / 1e6, "gpu_busy": busy_us / 1e6 / wall if CUDA else None,
             "kernels_per_update": sum(n for _, n in by_name.values()) / len(batches),
             "top_kernels": [{"name": name[:120], "seconds": t, "count": n} for name, (t, n) in top]}
 
@@ -216,7 +224,7 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
             if diagnose:
                 first = on_dev[warmup]
                 row["same_batch"] = same_batch(step, first, 3 if dry else 8, int(first["labels"].ne(pad).sum()))
-                row["profile"] = profile_steps(step, on_dev[warmup: warmup + 3])
+                row["profile"] = profile_steps(step, on_dev[warmup: warmup + 3], s / updates)
             return row
         out["docnmt"] = timed(lambda b: trainer.update([b]))
         out["docnmt"]["parameters"] = sum(p.numel() for p in trainer.model.parameters())

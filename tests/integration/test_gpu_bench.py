@@ -102,3 +102,25 @@ def test_speed_keeps_the_docnmt_figures_when_hugging_face_fails_and_writes_every
     seen = []
     rows = speed.long_instances([128], 1, True, time.time() + 60, on_row=lambda r: seen.append(len(r)))
     assert seen == [1, 2, 3] and [r["model"] for r in rows] == ["flex", "dense", "vanilla"]
+
+
+def test_processes_a_stage_left_in_sessions_of_their_own_are_killed():
+    """The correctness stage's timer kills pytest; torchrun's agent and worker run in sessions of
+    their own and would go on training into the next stage: found by their environment, killed."""
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location("gpu_run", RUN)
+    gpu_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_run)
+    mark = f"test-{os.getpid()}"
+    env = {**os.environ, "DOCNMT_GPU_STAGE": mark}
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env, start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        assert gpu_run.kill_marked(mark) == 1
+        assert left.wait(timeout=10) == -9 and other.poll() is None
+    finally:
+        for p in (left, other):
+            p.kill()
+            p.wait()
