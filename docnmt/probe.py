@@ -21,6 +21,7 @@ RNG seeded per run.
 """
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import json
 import os
@@ -37,6 +38,7 @@ from .config import Config
 from .data import Corpus, InstanceSet, build_instances, model_inputs
 from .document import Document
 from .errors import DocnmtError
+from .model import rows_apart
 from .translate import Translator
 
 ABS_CLASSES = 512
@@ -72,7 +74,8 @@ class States:
 def encoder_states(tr: Translator, docs: list[Document], max_tokens: int | None = None,
                    batch_tokens: int = 6000) -> States:
     """Hidden states after every encoder layer for the model's own inputs of ``docs`` (or
-    sub-documents of at most ``max_tokens`` tokens)."""
+    sub-documents of at most ``max_tokens`` tokens). Inputs are batched by length; a method whose
+    layers look across a batch's rows (DocFlat) computes each row as if alone, as it is scored."""
     cfg = tr.cfg if max_tokens is None else tr.cfg.override({"data.mode": "doc2doc",
                                                              "data.max_instance_tokens": max_tokens})
     corpus = Corpus.encode(docs, tr.vocab, max_sentence_tokens=cfg.model.max_positions - 2)
@@ -92,7 +95,8 @@ def encoder_states(tr: Translator, docs: list[Document], max_tokens: int | None 
             batch = iset.collate(idx)
             src = batch["src"].to(tr.device)
             captured.clear()
-            tr.model.encode(src, **{k: v.to(tr.device) for k, v in model_inputs(batch).items()})
+            with rows_apart(tr.model) if tr.method.score_alone else contextlib.nullcontext():
+                tr.model.encode(src, **{k: v.to(tr.device) for k, v in model_inputs(batch).items()})
             real = src.ne(tr.vocab.pad)
             for layer, out in enumerate(captured):  # positions a method prepends (DocFlat's MBE) are not probed
                 layers[layer].append(out[:, out.size(1) - src.size(1):][real].float().cpu())

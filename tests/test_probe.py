@@ -125,6 +125,26 @@ def test_encoder_states_of_every_method(method, tiny_dir):
     assert not torch.allclose(st.layers[0], st.layers[-1])
 
 
+@pytest.mark.parametrize("method", ["docflat", "mbe"])
+def test_encoder_states_do_not_depend_on_the_batch_a_docflat_input_shares(method, tiny_dir):
+    """The probe batches inputs by length, whatever their documents: DocFlat's flat-batch
+    attention must not let the rows of a batch see each other there (they would, by design, in
+    its own ordered batches), so batched states equal those of each input alone."""
+    data = tiny_dir / "data"
+    mode, over = METHODS[method]
+    cfg, vocab = tiny_config(mode).override(over), Vocab.load(data)
+    torch.manual_seed(0)
+    tr = Translator(build_model(cfg, vocab), vocab, cfg)
+    docs = read_documents(str(tiny_dir / "raw" / "ted.en"))[:2]
+    batched, alone = encoder_states(tr, docs), encoder_states(tr, docs, batch_tokens=1)
+    assert batched.sequence.unique().numel() > 2          # several inputs shared batches
+    for s in batched.sequence.unique():
+        a, b = (st.sequence == s for st in (batched, alone))
+        order_a, order_b = batched.position[a].argsort(), alone.position[b].argsort()
+        for la, lb in zip(batched.layers, alone.layers):
+            torch.testing.assert_close(la[a][order_a], lb[b][order_b], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_probe_cli_on_real_documents(tiny_dir, tmp_path, run_cli):
     Trainer(tiny_config("doc2doc", max_update=4), tiny_dir / "data", tmp_path / "m", progress_bar=False).train()
