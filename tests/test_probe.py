@@ -105,17 +105,20 @@ METHODS = {
 }
 
 
+def _untrained(method: str, tiny_dir):
+    """A Translator over a freshly initialised model of ``METHODS[method]``, two TED documents, the config."""
+    mode, over = METHODS[method]
+    cfg, vocab = tiny_config(mode).override(over), Vocab.load(tiny_dir / "data")
+    torch.manual_seed(0)
+    return Translator(build_model(cfg, vocab), vocab, cfg), read_documents(str(tiny_dir / "raw" / "ted.en"))[:2], cfg
+
+
 @pytest.mark.parametrize("method", list(METHODS))
 def test_encoder_states_of_every_method(method, tiny_dir):
     """The probe reads every encoder layer of any method's model, with the model's own extra
     inputs (the context encoder's previous sentences) and without positions a method prepends
     (MBE's batch-mean embedding): one state per real source token and layer."""
-    data = tiny_dir / "data"
-    mode, over = METHODS[method]
-    cfg, vocab = tiny_config(mode).override(over), Vocab.load(data)
-    torch.manual_seed(0)
-    tr = Translator(build_model(cfg, vocab), vocab, cfg)
-    docs = read_documents(str(tiny_dir / "raw" / "ted.en"))[:2]
+    tr, docs, cfg = _untrained(method, tiny_dir)
     st = encoder_states(tr, docs)
     assert len(st.layers) == len(tr.model.encoder.layers) == cfg.model.encoder_layers
     assert all(h.shape == (len(st.position), cfg.model.d_model) for h in st.layers)
@@ -130,12 +133,7 @@ def test_encoder_states_do_not_depend_on_the_batch_a_docflat_input_shares(method
     """The probe batches inputs by length, whatever their documents: DocFlat's flat-batch
     attention must not let the rows of a batch see each other there (they would, by design, in
     its own ordered batches), so batched states equal those of each input alone."""
-    data = tiny_dir / "data"
-    mode, over = METHODS[method]
-    cfg, vocab = tiny_config(mode).override(over), Vocab.load(data)
-    torch.manual_seed(0)
-    tr = Translator(build_model(cfg, vocab), vocab, cfg)
-    docs = read_documents(str(tiny_dir / "raw" / "ted.en"))[:2]
+    tr, docs, _ = _untrained(method, tiny_dir)
     batched, alone = encoder_states(tr, docs), encoder_states(tr, docs, batch_tokens=1)
     assert batched.sequence.unique().numel() > 2          # several inputs shared batches
     for s in batched.sequence.unique():
