@@ -1,0 +1,44 @@
+"""Output length and n-gram precisions of every scored Tier M-fr system on the validation sittings:
+how much of a BLEU difference is brevity (sacreBLEU's brevity penalty) and how much precision.
+
+    python bench/tier_mfr_lengths.py bench/results/tier_mfr ../shared/data/enfr/valid/hansard.fr \
+        --out bench/results/tier_mfr/lengths.json
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+import sacrebleu
+
+
+def sentences(path: Path) -> list[str]:
+    """The lines of a <d>-marker file (plain or gzipped), without the document markers."""
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
+        return [line.rstrip("\n") for line in f if line.strip() != "<d>"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results", type=Path, help="bench/results/tier_mfr")
+    ap.add_argument("ref", type=Path, help="the validation references (<d>-marker file)")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args()
+    ref = sentences(a.ref)
+    rows, bleu = {}, sacrebleu.BLEU()
+    for hyp_file in sorted(a.results.glob("*/valid.fr.gz")):
+        hyp = sentences(hyp_file)
+        if len(hyp) != len(ref):
+            continue
+        b = bleu.corpus_score(hyp, [ref])
+        rows[hyp_file.parent.name] = {"bleu": b.score, "length_ratio": b.sys_len / b.ref_len,
+                                      "brevity_penalty": b.bp, "precisions": b.precisions}
+        print(f"{hyp_file.parent.name:16s} BLEU {b.score:5.2f}  length ratio {b.sys_len / b.ref_len:.4f}  "
+              f"BP {b.bp:.4f}  precisions {' / '.join(f'{p:.1f}' for p in b.precisions)}")
+    a.out.write_text(json.dumps({"signature": str(bleu.get_signature()), "systems": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
