@@ -320,12 +320,13 @@ def _plus(bias, extra: Tensor):
 
 
 @contextmanager
-def rows_apart(model: nn.Module):
+def rows_apart(model: nn.Module, enabled: bool = True):
     """While inside, every module of ``model`` that looks across the rows of its batch (it has a
     ``rows_apart`` attribute: DocFlat's flat-batch attention and its baselines) keeps each row to
     itself, so a batch computes what each of its rows would alone (teacher-forced scoring of a
-    method with ``score_alone``). The shared Transformer's rows never meet."""
-    mods = [(m, m.rows_apart) for m in model.modules() if hasattr(m, "rows_apart")]
+    method with ``score_alone``: pass ``enabled=method.score_alone``). The shared Transformer's
+    rows never meet."""
+    mods = [(m, m.rows_apart) for m in model.modules() if hasattr(m, "rows_apart")] if enabled else []
     for m, _ in mods:
         m.rows_apart = True
     try:

@@ -21,7 +21,6 @@ RNG seeded per run.
 """
 from __future__ import annotations
 
-import contextlib
 import filecmp
 import json
 import os
@@ -95,7 +94,7 @@ def encoder_states(tr: Translator, docs: list[Document], max_tokens: int | None 
             batch = iset.collate(idx)
             src = batch["src"].to(tr.device)
             captured.clear()
-            with rows_apart(tr.model) if tr.method.score_alone else contextlib.nullcontext():
+            with rows_apart(tr.model, tr.method.score_alone):
                 tr.model.encode(src, **{k: v.to(tr.device) for k, v in model_inputs(batch).items()})
             real = src.ne(tr.vocab.pad)
             for layer, out in enumerate(captured):  # positions a method prepends (DocFlat's MBE) are not probed

@@ -70,7 +70,7 @@ def teacher_forced(translator, corpus: Corpus, rows: np.ndarray, *, max_tokens: 
     pad = translator.vocab.pad
     # a model that looks across its batch (DocFlat) scores every instance as if alone: candidates
     # must not see each other
-    apart = rows_apart(model) if translator.method.score_alone else _Null()
+    apart = rows_apart(model, translator.method.score_alone)
     with tqdm(total=len(rows), desc=desc, unit="inst", disable=not progress, leave=False) as bar, apart:
         for idx in batches:
             batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in iset.collate(idx).items()}
