@@ -122,6 +122,25 @@ def tiny_corpus(ted_docs: list[Document], tiny_vocab: Vocab) -> Corpus:
 
 
 @pytest.fixture
+def strict_recompiles():
+    """``strict_recompiles(n)``: torch.compile raises, instead of silently running eager, once a
+    function has compiled n times; dynamo's state and settings are restored after the test.
+    (dynamo's own ``config.patch``: pytest's monkeypatch cannot restore an aliased dynamo setting.)"""
+    import torch._dynamo
+    patches = []
+
+    def strict(limit: int) -> None:
+        patch = torch._dynamo.config.patch(recompile_limit=limit, fail_on_recompile_limit_hit=True)
+        patch.__enter__()
+        patches.append(patch)
+        torch._dynamo.reset()
+    yield strict
+    for patch in reversed(patches):
+        patch.__exit__(None, None, None)
+    torch._dynamo.reset()
+
+
+@pytest.fixture
 def write_files():
     """``write_files(directory, {name: str | bytes})`` -> ``{name: Path}``.
 

@@ -84,7 +84,7 @@ def test_grouped_attention_equals_dense_masked_attention(kind):
 
 
 @pytest.mark.slow
-def test_compiled_flex_attention_compiles_once_for_every_kind_and_length(monkeypatch):
+def test_compiled_flex_attention_compiles_once_for_every_kind_and_length(monkeypatch, strict_recompiles):
     """On CUDA, FlexAttention's block masks are built compiled, one per batch shape and attention
     kind. Built as the CUDA path builds them (``compiled_flex_functions``), they must not recompile
     for every kind and length: a mask function that closed over Python constants (causality, the
@@ -94,12 +94,8 @@ def test_compiled_flex_attention_compiles_once_for_every_kind_and_length(monkeyp
     key), padded keys."""
     import random
 
-    import torch._dynamo
-
     from docnmt import attention
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 5)
-    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
-    torch._dynamo.reset()
+    strict_recompiles(5)
     from torch.nn.attention.flex_attention import flex_attention
     # the block masks compiled as on CUDA; the kernel itself eager (torch 2.13's compiled CPU
     # FlexAttention template fails to build for dynamic shapes)
@@ -125,7 +121,6 @@ def test_compiled_flex_attention_compiles_once_for_every_kind_and_length(monkeyp
             k, v = (torch.randn(b, 2, n_k, 16, generator=g) for _ in range(2))
             torch.testing.assert_close(attention_flex(q, k, v, spec), attention_reference(q, k, v, spec),
                                        rtol=1e-4, atol=1e-5, msg=lambda m: f"{kind} n={n}: {m}")
-    torch._dynamo.reset()
 
 
 def test_bf16_attention_gradients_close_to_fp32():

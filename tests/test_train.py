@@ -134,14 +134,12 @@ def test_device_random_state_helpers_use_the_cuda_generator_of_a_cuda_device(mon
 
 
 @pytest.mark.slow
-def test_compiled_training_matches_eager_and_does_not_recompile_for_every_batch_shape(data, tmp_path, monkeypatch):
+def test_compiled_training_matches_eager_and_does_not_recompile_for_every_batch_shape(
+        data, tmp_path, strict_recompiles):
     """--compile: the update's forward pass through torch.compile with dynamic shapes gives the
     eager losses, and token batches of many shapes do not each compile again."""
-    import torch._dynamo
     from torch._dynamo.utils import counters
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)
-    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
-    torch._dynamo.reset()
+    strict_recompiles(3)
     counters.clear()
     run = lambda **k: tiny_config(max_update=8, log_interval=1, **k).override(  # noqa: E731
         {"model.dropout": 0.0, "model.attention_dropout": 0.0, "model.activation_dropout": 0.0})
@@ -155,7 +153,6 @@ def test_compiled_training_matches_eager_and_does_not_recompile_for_every_batch_
     want, got = ({r["updates"]: r["loss"] for r in history(tmp_path / d) if "loss" in r} for d in ("eager", "compiled"))
     assert list(want) == list(range(1, 9)) and got.keys() == want.keys()
     assert got == pytest.approx(want, rel=1e-4)
-    torch._dynamo.reset()
 
 
 def test_existing_directory_is_never_overwritten(data, tmp_path):
