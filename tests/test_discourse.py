@@ -11,7 +11,15 @@ import pytest
 import torch
 
 from _tiny import SHARED
-from docnmt.contrastive import accuracy_report, decisions, example_documents, paired_test, score_examples
+from docnmt.contrastive import (
+    accuracy_report,
+    decisions,
+    example_documents,
+    format_report,
+    paired_test,
+    score_examples,
+    source_only_ceiling,
+)
 from docnmt.document import Document
 from docnmt.errors import DataError
 from docnmt.readers import read_documents
@@ -144,6 +152,62 @@ def test_ties_count_as_errors_and_the_lenient_count_accepts_them():
     assert rep["by"]["pronoun"]["er"]["examples"] == 2
 
 
+def test_source_only_ceiling_by_hand():
+    """Two examples share a source side and candidates: whatever a model that sees no target
+    context prefers, one of them is wrong. A third has its own source; a fourth offers its correct
+    sentence twice, so such a model can only tie there."""
+    ctx = lambda t, c: Candidate(t, [c])  # noqa: E731
+    ex = [ContrastiveExample("it", ["the bag"], [ctx("il", "le sac"), ctx("elle", "le sac")], 0),
+          ContrastiveExample("it", ["the bag"], [ctx("il", "la valise"), ctx("elle", "la valise")], 1),
+          ContrastiveExample("it", ["the house"], [ctx("il", "la maison"), ctx("elle", "la maison")], 1),
+          ContrastiveExample("so", ["x"], [ctx("donc", "a"), ctx("donc", "b")], 0)]
+    assert source_only_ceiling(ex) == 0.5
+    assert source_only_ceiling(ex[:3]) == pytest.approx(2 / 3)
+    assert source_only_ceiling(ex[2:3]) == 1.0 and source_only_ceiling([]) is None
+
+
+def _best_ranking_accuracy(examples) -> float:
+    """The exact ceiling by search: for every source side, try every ranking of its candidate sentences."""
+    from itertools import permutations
+    sides: dict = {}
+    for e in examples:
+        sides.setdefault((tuple(e.src_context), e.src), []).append(e)
+    right = 0
+    for group in sides.values():
+        sentences = sorted({c.tgt for e in group for c in e.candidates})
+        assert len(sentences) <= 6
+        right += max(sum(all(rank[e.candidates[e.correct].tgt] < rank[c.tgt]
+                             for j, c in enumerate(e.candidates) if j != e.correct) for e in group)
+                     for rank in ({s: i for i, s in enumerate(p)} for p in permutations(sentences)))
+    return right / len(examples)
+
+
+@pytest.mark.usefixtures("shared_data")
+@pytest.mark.parametrize("suite", ["anaphora", "lexical-choice", "scat"])
+def test_models_without_target_context_score_at_most_the_ceiling(suite):
+    """Bawden et al.'s anaphora set cannot tell a model that ignores the target context from a
+    sentence model (one source side per block: the ceiling is 50.5%, the search over every ranking
+    agrees), nor can the "repet" half of lexical choice; its "disambig" examples and SCAT's have
+    source sides of their own. Scores that depend only on the source side and the current
+    candidate never beat the ceiling, and the report prints it."""
+    examples = read_suite(SCAT if suite == "scat" else BAWDEN / f"{suite}.json")
+    bound = source_only_ceiling(examples)
+    if suite == "scat":
+        assert bound > 0.95
+    else:
+        assert bound == pytest.approx(_best_ranking_accuracy(examples))
+        by_type = {t: source_only_ceiling([e for e in examples if e.meta["type"] == t])
+                   for t in ("repet", "disambig")}
+        assert bound <= 0.51 if suite == "anaphora" else by_type == {"repet": 0.5, "disambig": 1.0}
+    for seed in range(5):
+        rng, table = random.Random(seed), {}
+        scores = [[table.setdefault((tuple(e.src_context), e.src, c.tgt), rng.random()) for c in e.candidates]
+                  for e in examples]
+        rep = accuracy_report(examples, scores)
+        assert rep["source_only_ceiling"] == bound and rep["accuracy"] <= bound
+    assert (f"scores at most {100 * bound:.2f}% here" in format_report(rep, suite)) == (bound < 1)
+
+
 def test_paired_test_is_an_exact_mcnemar_test():
     # 7 examples only B gets right, 1 only A: two-sided binomial tail 2 * (C(8,0) + C(8,1)) / 2^8
     a = [True] * 3 + [False] * 7 + [True] + [False] * 2
@@ -274,6 +338,7 @@ def test_score_contrastive_cli_on_bawden(tiny_model, run_cli, tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert len(lines) == 200 and sum(x["right"] for x in lines) == rep["correct"]
     assert "accuracy" in out and (tmp_path / "p.png").stat().st_size > 1000
+    assert "sees no target context" in out and "at most 50.50% here" in out and rep["source_only_ceiling"] == 0.505
     status, _, err = run_cli("score-contrastive", model, BAWDEN / "anaphora.json", "-q",
                              "--json", tmp_path / "r.json")
     assert status == 2 and "exists" in err                     # never overwritten without --force
