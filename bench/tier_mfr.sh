@@ -84,7 +84,10 @@ declare -A ARCH=(
   [doc2doc_sentpos]="--arch doc2doc_small --sentence-positions"
 )
 RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa docflat_d_sentpos doc2doc_sentpos"}     # stage1: scored only
-DECODE=(--beam 5 --lenpen 1.0 --lenpen-style fairseq -q)
+# one output limit for every system: 1.2 x source + 10 word pieces per sentence (the sentence presets'
+# default; Doc2Doc's and P-Transformer's presets carry the P-Transformer paper's 1.1 and 7, which would give
+# them less room than the others: docs/methods/baselines.md#decoding-document-instances)
+DECODE=(--beam 5 --lenpen 1.0 --lenpen-style fairseq --max-len-a 1.2 --max-len-b 10 -q)
 BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
 
 declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt_sentpos [gt_sentpos]=gt [gt_sentpos_lr1]=gt_sentpos

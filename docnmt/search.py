@@ -93,17 +93,19 @@ class NoRepeatNgram:
 def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | Tensor, eos: int,
                 banned: Sequence[int] = (), prefix: list[list[int]] | None = None,
                 processors: Sequence[Processor] = (), max_len: Tensor | None = None,
-                inputs: dict | None = None) -> list[list[Hypothesis]]:
+                inputs: dict | None = None, sentences: Tensor | None = None) -> list[list[Hypothesis]]:
     """Translate a padded source batch ``src`` (B, S); returns ``nbest`` hypotheses per row.
     ``bos`` is the decoder's start token, or one per row (B,).
-    ``max_len`` (B,) replaces the ``max_len_a · |src| + max_len_b`` limit of each row;
-    ``inputs`` are the model's other inputs (a context batch)."""
+    Each row's output is at most ``max_len_a · |src| + max_len_b · sentences`` tokens long after its
+    forced prefix: ``sentences`` (B,) counts the sentences a row translates (default 1), so a
+    document instance gets what its sentences would get alone (see :func:`output_limit`);
+    ``max_len`` (B,) replaces that limit; ``inputs`` are the model's other inputs (a context batch)."""
     B, K, device = src.size(0), cfg.beam, src.device
     enc = model.encode(src, **(inputs or {}))
     src_len = (~enc.pad).sum(1)
     pre_len = torch.tensor([len(p) for p in prefix] if prefix else [0] * B, device=device)
     if max_len is None:
-        max_len = (cfg.max_len_a * src_len.float() + cfg.max_len_b).long()
+        max_len = output_limit(src_len, cfg, sentences)
     # not capped at the training positions: the sinusoidal table grows, and a whole document
     # (G-Transformer's frame, --max-instance-tokens 0) may need more target positions than that
     max_len = torch.maximum(max_len.to(device) + pre_len, pre_len + 1)   # room for a forced prefix
@@ -209,6 +211,17 @@ def _next_lprobs(model: Transformer, hidden: Tensor, forced: Tensor) -> Tensor:
     if free.numel():
         out[free] = torch.log_softmax(model.output_projection(hidden[free]).float(), dim=-1)
     return out
+
+
+def output_limit(src_len: Tensor, cfg: SearchConfig, sentences: Tensor | None = None) -> Tensor:
+    """The most tokens a row may generate: ``max_len_a · |src| + max_len_b`` per sentence it
+    translates. For one sentence this is fairseq's ``a · |src| + b``; for a document instance of N
+    sentences, ``a · |src| + b · N`` (as G-Transformer's official generator counts it), the sum
+    of its sentences' own limits. A single ``b`` for a whole instance would cut the last sentences
+    of most documents in a language pair whose translations are longer than ``a`` times the
+    source (docs/methods/baselines.md#decoding-document-instances)."""
+    per_sentence = cfg.max_len_b if sentences is None else cfg.max_len_b * sentences.to(src_len.device).float()
+    return (cfg.max_len_a * src_len.float() + per_sentence).long()
 
 
 def length_penalty(length, cfg: SearchConfig):

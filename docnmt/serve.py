@@ -97,8 +97,9 @@ class Options(BaseModel):
     beam: int | None = Field(None, ge=1, description="beam size (1 = greedy)")
     lenpen: float | None = Field(None, ge=0, le=10, description="length penalty: score / length**lenpen")
     lenpen_style: Literal["fairseq", "gnmt"] | None = None
-    max_len_a: float | None = Field(None, ge=0, le=10, description="max output length = a * source length + b")
-    max_len_b: int | None = Field(None, ge=0, le=1024)
+    max_len_a: float | None = Field(None, ge=0, le=10,
+                                    description="max output length = a * source length + b per output sentence")
+    max_len_b: int | None = Field(None, ge=0, le=1024, description="added to the max output length per output sentence")
     min_len: int | None = Field(None, ge=0, le=1024)
     nbest: int | None = Field(None, ge=1, description="hypotheses returned per sentence (at most the beam)")
     no_repeat_ngram_size: int | None = Field(None, ge=0, le=64)

@@ -163,10 +163,12 @@ class Translator:
                 extra = extra if count is None else with_processor(extra, count)
             if search.no_repeat_ngram_size:
                 extra = with_processor(extra, NoRepeatNgram(search.no_repeat_ngram_size, self.vocab.word_ids))
+            # the sentences each instance translates: the output limit allows max_len_b for each
+            sentences = torch.tensor([int(rows[k, 1]) - int(new_from[k]) for k in idx]).clamp(min=1)
             with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
                 hyps = beam_search(self.model, src, search, start, self.joiner.end,
                                    banned=self.banned_ids(sentence_targets), prefix=prefix if any(prefix) else None,
-                                   inputs=inputs, **extra)
+                                   inputs=inputs, sentences=sentences, **extra)
             for k, forced, nbest in zip(idx, prefix, hyps):
                 _, end, tstart = (int(x) for x in rows[k])
                 for rank, hyp in enumerate(nbest):

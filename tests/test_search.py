@@ -4,7 +4,7 @@ import torch
 
 from _tiny import SHARED
 from docnmt.readers import read_documents
-from docnmt.search import SearchConfig, beam_search
+from docnmt.search import SearchConfig, beam_search, output_limit
 from docnmt.translate import Translator
 
 
@@ -248,6 +248,43 @@ def test_length_limit_ends_with_the_models_eos_cost(trained):
         lp = torch.log_softmax(tr.model(src, tokens), -1)[0]
     expected = sum(float(lp[i, t]) for i, t in enumerate(hyp.tokens + [3]))
     assert hyp.score == pytest.approx(expected, abs=1e-4)
+
+
+def test_each_translated_sentence_adds_max_len_b(trained):
+    """The output limit is max_len_a · |src| + max_len_b per sentence a row translates (a document
+    instance gets what its sentences would get alone); ``min_len`` above it makes every row run to
+    its limit, where </s> is forced (after it: the limit counts the tokens before </s>)."""
+    tr, _ = trained
+    src, ids = sources(tr, 3)
+    cfg = SearchConfig(beam=2, max_len_a=0.5, max_len_b=3, min_len=1000)
+    sentences = torch.tensor([1, 4, 2])
+    out = beam_search(tr.model, src, cfg, 2, 3, banned=[0, 2], sentences=sentences)
+    want = [int(0.5 * len(i) + 3 * n) for i, n in zip(ids, sentences.tolist())]
+    assert [len(h[0].tokens) for h in out] == want
+    assert output_limit(torch.tensor([len(i) for i in ids]), cfg).tolist() == [int(0.5 * len(i) + 3) for i in ids]
+    plain = beam_search(tr.model, src, cfg, 2, 3, banned=[0, 2])       # one sentence each: fairseq's a·|x| + b
+    assert [len(h[0].tokens) for h in plain] == [int(0.5 * len(i) + 3) for i in ids]
+
+
+@pytest.mark.parametrize("name,per_instance", [("sent2sent", None), ("doc2sent", None), ("doc2doc", "sentences")])
+def test_translation_gives_each_instance_max_len_b_per_sentence(tiny_model, monkeypatch, name, per_instance):
+    """Translating documents, a Doc2Doc instance's limit counts its sentences; a sentence model's
+    and Doc2Sent's (context in the source, one sentence out) count one."""
+    from docnmt import translate as translate_module
+    tr = Translator.load(tiny_model(name), device="cpu")
+    seen = []
+
+    def spy(*args, sentences=None, **kw):
+        seen.extend(sentences.tolist())
+        return beam_search(*args, sentences=sentences, **kw)
+    monkeypatch.setattr(translate_module, "beam_search", spy)
+    docs = read_documents(str(SHARED / "ende/valid/ted.en"), fmt="marker")[:2]
+    docs = [d.src[:7] for d in docs]
+    tr.translate(docs, SearchConfig(beam=1, max_len_b=2))
+    if per_instance is None:
+        assert seen == [1] * sum(map(len, docs))
+    else:
+        assert sum(seen) == sum(map(len, docs)) and max(seen) > 1
 
 
 @pytest.mark.parametrize("lenpen", [1.0, 0.6])
