@@ -67,7 +67,7 @@ def _new_file_mode(path: Path) -> int:
     try:
         return os.stat(path).st_mode & 0o7777
     except FileNotFoundError:
-        return 0o666 & ~_umask()
+        return 0o666 & ~current_umask()
 
 
 def atomic_write(path: Path, write) -> None:
@@ -140,8 +140,9 @@ def save_checkpoint(directory: Path, name: str, model: torch.nn.Module, state: d
     tmp = Path(tempfile.mkdtemp(dir=ckpts, prefix=f".{name}."))
     try:
         save_file(state_dict_unique(model), str(tmp / WEIGHTS))
+        os.chmod(tmp / WEIGHTS, 0o666 & ~current_umask())     # safetensors writes 0600
         torch.save(state, tmp / STATE)
-        os.chmod(tmp, 0o777 & ~_umask())
+        os.chmod(tmp, 0o777 & ~current_umask())
         crash_point("checkpoint-written")
         aside = ckpts / f".{name}.old"
         if final.exists():              # re-saving the same update: keep the old one until replaced
@@ -167,7 +168,8 @@ def save_checkpoint(directory: Path, name: str, model: torch.nn.Module, state: d
     return final
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
     umask = os.umask(0)
     os.umask(umask)
     return umask

@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                                 "methods", "model")}
     p.add_argument("model", help="model directory")
     g = groups["input and output"]
-    g.add_argument("--input", "-i", nargs="*", metavar="FILE", help="source file(s) (default: stdin)")
+    g.add_argument("--input", "--src", "-i", nargs="*", metavar="FILE", help="source file(s) (default: stdin)")
     g.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP)
     g.add_argument("--output", "-o", help="output file (default: stdout); never overwritten without --force")
     g.add_argument("--output-format", default="marker", choices=["marker", "jsonl"],
@@ -314,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report on stderr")
     g.add_argument("--print-scores", action="store_true",
                    help="add each sentence's and document's log-probability per token under the model "
-                        "(plain output: 'score<TAB>translation' and '<d><TAB>score' lines; JSONL: meta)")
+                        "(plain output: 'score<TAB>translation' and '<d><TAB>score' lines, the latter only where the "
+                        "input has <d> lines; JSONL: meta)")
     groups["search"].add_argument("--greedy", action="store_true", help="greedy search (beam 1)")
     g = groups["model"]
     g.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
@@ -489,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="docnmt model directory")
     p.add_argument("out", metavar="DIR", help="Hugging Face directory to write")
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
-    p.add_argument("--force", action="store_true", help="write into a non-empty DIR")
+    p.add_argument("--force", action="store_true", help="replace an earlier export in DIR")
 
     p = verb("serve", "serve models over HTTP: a JSON API, file upload and a web page "
                                      "(needs pip install docnmt[serve])")
@@ -601,6 +602,9 @@ def cmd_translate(args) -> int:
         overrides["decode.beam"] = 1
     cfg = translator.cfg.override(overrides, flag_labels(args, DECODE_FLAGS)) if overrides else translator.cfg
     translator.cfg = cfg
+    if args.print_scores and cfg.decode.nbest > 1 and args.output_format == "marker":
+        raise DocnmtError("--print-scores and --nbest: n-best lines already end in each hypothesis's score; "
+                          "give one of them, or --output-format jsonl for both")
     streamable = args.format in ("auto", "marker", "blankline", "plain")
     if inputs == ["-"] and args.output_format == "marker" and cfg.decode.nbest == 1 and streamable:
         report = translate_stream(translator, cfg, args)
@@ -714,11 +718,12 @@ def write_scored(docs, target, nbest: int) -> None:
     score`` (I: the sentence's 0-based number in the input; score: the length-normalised
     log-probability of the beam hypothesis it comes from), N per sentence, no ``<d>`` lines.
     ``--print-scores``: the marker format with ``score<TAB>translation`` lines and ``<d><TAB>score``
-    document lines (log-probability per token under the model)."""
+    document lines (log-probability per token under the model); a first document read without a
+    ``<d>`` line (plain text) gets none, so the output has its input's lines."""
     from .readers import _output
     with _output(target) as fh:
         i = 0
-        for doc in docs:
+        for k, doc in enumerate(docs):
             if nbest > 1:
                 alts = doc.meta.get("nbest") or [[t] for t in doc.tgt]
                 alt_scores = doc.meta.get("nbest_scores") or [[None] * len(a) for a in alts]
@@ -727,7 +732,8 @@ def write_scored(docs, target, nbest: int) -> None:
                         fh.write(f"{i} ||| {text} ||| {'' if score is None else f'{score:.4f}'}\n")
                     i += 1
                 continue
-            fh.write(f"<d>\t{doc.meta['score']:.4f}\n")
+            if k or not doc.meta.get("unmarked"):     # as write_marker: a plain input's lines stay aligned
+                fh.write(f"<d>\t{doc.meta['score']:.4f}\n")
             for text, score in zip(doc.tgt, doc.meta["scores"]):
                 fh.write(f"{score:.4f}\t{text}\n")
 

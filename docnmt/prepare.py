@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .checkpoint import current_umask
 from .data import Corpus, ModeConfig, build_instances
 from .document import Document
 from .errors import ConfigError, DataError, DocnmtError
@@ -114,7 +115,7 @@ def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[s
     work = Path(tempfile.mkdtemp(dir=destdir.parent, prefix=f".{destdir.name}.new-")) if beside else destdir
     with _removed_on_failure(work, whole=beside):
         if beside:
-            os.chmod(work, 0o777 & ~_umask())      # mkdtemp's 0700 would hide the data from the group
+            os.chmod(work, 0o777 & ~current_umask())      # mkdtemp's 0700 would hide the data from the group
         if spm_from:
             vocab = (Vocab.load(spm_from) if Path(spm_from).is_dir()
                      else Vocab(Path(spm_from).read_bytes(), default_symbols(), spm_from))
@@ -176,11 +177,6 @@ def _check_destdir(destdir: Path, force: bool) -> bool:
                           "starts over a prepared data directory: remove it yourself or choose another --destdir")
     return True
 
-
-def _umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
 
 
 def _check_sentence_lengths(corpus: Corpus, docs: list[Document], origins: list, limit: int,

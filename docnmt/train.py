@@ -261,6 +261,7 @@ class Trainer:
         self._validated_at = -1
         self._lock: DirectoryLock | None = None
         self._log_handler: logging.Handler | None = None
+        self._console_handler: logging.Handler | None = None     # warnings also on stderr, not only in train.log
         self._made_dir = False
         try:
             self._prepare_save_dir(force, init_from)
@@ -307,10 +308,11 @@ class Trainer:
 
     def close(self) -> None:
         """Release the save directory and its log (also done when training ends or fails)."""
-        if self._log_handler is not None:
-            log.removeHandler(self._log_handler)
-            self._log_handler.close()
-            self._log_handler = None
+        for h in (self._log_handler, self._console_handler):
+            if h is not None:
+                log.removeHandler(h)
+                h.close()
+        self._log_handler = self._console_handler = None
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -421,6 +423,10 @@ class Trainer:
             self._log_handler = logging.FileHandler(d / "train.log")
             self._log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             log.addHandler(self._log_handler)
+            self._console_handler = logging.StreamHandler(sys.stderr)
+            self._console_handler.setLevel(logging.WARNING)
+            self._console_handler.setFormatter(logging.Formatter("docnmt: warning: %(message)s"))
+            log.addHandler(self._console_handler)
             log.setLevel(logging.INFO)
 
     def _resume_newest(self, found: list[Path]) -> None:

@@ -474,6 +474,44 @@ def test_export_of_a_native_model(name, tiny_model, tmp_path, run_cli):
     assert out[: len(ours)] == ours
 
 
+@pytest.mark.slow
+def test_a_native_export_imports_back_and_translates_as_before(tiny_model, tmp_path, run_cli):
+    """docnmt -> export-hf -> import-hf: the imported model (its tokenizer's eos sits among the
+    pieces, after docnmt's "<s>") gives the original model's greedy and beam translations."""
+    from docnmt.search import SearchConfig
+    from docnmt.translate import Translator
+    status, _, err = run_cli("export-hf", tiny_model("sent2sent"), tmp_path / "hf")
+    assert status == 0, err
+    status, _, err = run_cli("import-hf", tmp_path / "hf", "--save-dir", tmp_path / "back")
+    assert status == 0, err
+    sentences = [[s] for s, _ in real_pairs()[:12]]
+    a, b = Translator.load(tiny_model("sent2sent")), Translator.load(tmp_path / "back")
+    for beam in (1, 4):
+        search = SearchConfig(beam=beam, max_len_a=0.0, max_len_b=15)
+        assert [d.tgt for d in a.translate(sentences, search)[0]] == [d.tgt for d in b.translate(sentences, search)[0]]
+
+
+def test_export_force_replaces_only_an_earlier_export(tiny_model, tmp_path, run_cli):
+    """--force swaps an earlier export for the new one; a directory export-hf did not write is
+    refused with and without it, and stays as it was. The files are readable by the group."""
+    pytest.importorskip("transformers")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text("mine")
+    for force in ([], ["--force"]):
+        status, _, err = run_cli("export-hf", tiny_model("sent2sent"), mine, *force)
+        assert status == 2 and len(err.strip().splitlines()) == 1
+        assert [p.name for p in mine.iterdir()] == ["config.json"] and (mine / "config.json").read_text() == "mine"
+    out = tmp_path / "hf"
+    assert run_cli("export-hf", tiny_model("sent2sent"), out)[0] == 0
+    (out / "stale.txt").write_text("from before")          # not something the new export writes
+    assert run_cli("export-hf", tiny_model("sent2sent"), out)[0] == 2
+    assert run_cli("export-hf", tiny_model("sent2sent"), out, "--force")[0] == 0
+    assert (out / "docnmt.json").exists() and not (out / "stale.txt").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert all(p.stat().st_mode & 0o044 == 0o044 for p in out.iterdir())
+
+
 def _joined(v, pairs):
     """docnmt's Doc2Doc instances of sentence pairs written as 'a <sep1> b'."""
     src = [sum(([*v.encode(x, "src"), v.sep(1)] for x in s.split(" <sep1> ")), [])[:-1] + [v.eos] for s, _ in pairs]

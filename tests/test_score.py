@@ -186,6 +186,13 @@ def test_translate_print_scores_and_nbest_plain_output(tiny_dir, tiny_model, run
     assert all(float(a[2]) >= float(b[2]) for a, b in zip(rows, rows[1:]) if a[0] == b[0])
     _, best, _ = run_cli("translate", str(model), "-i", str(src), "--beam", "3", "-q")
     assert [r[1] for r in rows[::3]] == [line for line in best.splitlines() if line != "<d>"]
+    # plain text (no <d> line): the scored output keeps the input's lines, no document line
+    plain_src = tmp_path / "plain.en"
+    plain_src.write_text("".join(s + "\n" for s in docs[0].src[:3]), encoding="utf-8")
+    status, scored, _ = run_cli("translate", str(model), "--src", str(plain_src), "-q", "--print-scores")
+    assert status == 0 and len(scored.splitlines()) == 3 and not scored.startswith("<d>")
+    status, _, err = run_cli("translate", str(model), "-i", str(src), "--nbest", "2", "--print-scores")
+    assert status == 2 and "--output-format jsonl" in err and len(err.strip().splitlines()) == 1
 
 
 class Pipe:

@@ -1,4 +1,5 @@
 """Training: loss falls, exact resumption, atomic checkpoints, averaging, DDP (gloo), safety."""
+import logging
 import os
 import subprocess
 import sys
@@ -9,7 +10,14 @@ import torch
 from safetensors.torch import load_file
 
 from _tiny import history, tiny_config
-from docnmt.checkpoint import atomic_write, average_checkpoints, last_checkpoint, list_checkpoints, load_state
+from docnmt.checkpoint import (
+    atomic_write,
+    average_checkpoints,
+    last_checkpoint,
+    list_checkpoints,
+    load_state,
+    save_checkpoint,
+)
 from docnmt.errors import ConfigError, DocnmtError
 from docnmt.train import Trainer, inverse_sqrt
 
@@ -211,6 +219,16 @@ def test_atomic_write_gives_the_modes_a_plain_write_would(tmp_path):
     assert kept.stat().st_mode & 0o777 == 0o640 and kept.read_text() == "new"
 
 
+
+def test_checkpoint_files_are_readable_by_the_group(tmp_path):
+    """safetensors writes 0600; a checkpoint's weights get a plain write's mode like its other files."""
+    old = os.umask(0o022)
+    try:
+        ckpt = save_checkpoint(tmp_path, "u00000001", torch.nn.Linear(2, 2), {"updates": 1}, keep_last=2)
+    finally:
+        os.umask(old)
+    assert sorted(p.stat().st_mode & 0o777 for p in ckpt.iterdir()) == [0o644, 0o644]
+
 DDP_SCRIPT = r"""
 import sys, torch
 sys.path.insert(0, {tests!r})
@@ -279,6 +297,27 @@ def test_final_update_is_validated_even_on_a_save_interval(data, tmp_path):
     Trainer(tiny_config(max_update=4, save_interval_updates=2), data, tmp_path / "m", progress_bar=False).train()
     assert any(r.get("updates") == 4 and "valid_loss" in r for r in history(tmp_path / "m"))
     assert [c.name for c in list_checkpoints(tmp_path / "m")][-1] == "u00000004"
+
+
+def test_warnings_after_setup_reach_the_console_not_only_train_log(data, tmp_path, capsys, monkeypatch):
+    """A warning once train.log is open (here: TensorBoard asked for but not importable) is
+    printed on stderr too; closing the trainer removes its handlers."""
+    import builtins
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *a, **k):
+        if name.startswith("torch.utils.tensorboard"):
+            raise ImportError(name)
+        return real_import(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    cfg = tiny_config(max_update=1).override({"train.tensorboard_dir": str(tmp_path / "tb")})
+    t = Trainer(cfg, data, tmp_path / "m", progress_bar=False)
+    t.close()
+    err = capsys.readouterr().err
+    assert "docnmt: warning: TensorBoard is not installed" in err
+    assert "TensorBoard is not installed" in (tmp_path / "m" / "train.log").read_text()
+    logging.getLogger("docnmt.train").warning("after close")
+    assert "after close" not in capsys.readouterr().err
 
 
 def test_bleu_as_best_metric_needs_valid_bleu(data, tmp_path):
