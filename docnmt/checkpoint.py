@@ -71,8 +71,16 @@ def _new_file_mode(path: Path) -> int:
 
 
 def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` and rename the result over ``path``."""
+    """Call ``write(tmp_path)`` and rename the result over ``path``; a ``path`` that exists and is
+    not a regular file (``/dev/null``, a named pipe) gets the result's bytes, never replaced (writers
+    such as safetensors' ``save_file`` replace what they write to)."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        with tempfile.TemporaryDirectory() as d:
+            write(str(Path(d) / "out"))
+            with open(Path(d) / "out", "rb") as src, open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        return
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
     try:

@@ -229,6 +229,10 @@ class Parser(argparse.ArgumentParser):
 
     verb_hint = ""       # the verb of the command line being parsed (set by main)
 
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)      # --be is not --beam: a typo is an error, not a guess
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):
         verb = self.prog.split()[-1] if self.prog != "docnmt" else self.verb_hint
         self.exit(2, f"docnmt: error: {message} (see docnmt {verb + ' ' if verb else ''}--help)\n")
@@ -471,7 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=30.0,
                    help="time cap: stop training after this many minutes even if --updates are not reached "
                         "(said loudly when it happens)")
-    p.add_argument("--force", action="store_true", help="start over in a --workdir an earlier quick start made")
+    p.add_argument("--force", action="store_true",
+                   help="start over in a --workdir an earlier quick start made (without it, a second run goes on "
+                        "from where the first stopped)")
 
     verb("presets", "list the named presets")
 
@@ -581,6 +587,8 @@ def cmd_train(args) -> int:
         overrides, flag_labels(args, {**DECODE_FLAGS, **TRAIN_FLAGS}))
     trainer = Trainer(cfg, args.data, args.save_dir, force=args.force, init_from=args.init_from,
                       progress_bar=args.progress, device=args.device)
+    if trainer.dist.main:
+        print(f"training {trainer.describe()}", file=sys.stderr)
     out = trainer.train()
     print(f"model saved in {out}", file=sys.stderr)
     return 0
@@ -749,7 +757,7 @@ def cmd_score(args) -> int:
     refuse_unwritable([args.output])
     src, ref = read_inputs([args.src], args.format), read_sentences(args.ref)
     if len(src) != len(ref):
-        raise DocnmtError(f"{args.src} has {len(src)} documents, {args.ref} has {len(ref)}")
+        raise DocnmtError(document_counts(args.src, len(src), args.ref, len(ref)))
     for d, (a, b) in enumerate(zip(src, ref)):
         if len(a.src) != len(b):
             raise DocnmtError(f"document {d + 1} ({a.docid}): {len(a.src)} source sentences in {args.src}, "
@@ -803,11 +811,21 @@ def cmd_score(args) -> int:
     return 0
 
 
+def document_counts(a, n_a: int, b, n_b: int) -> str:
+    """"A has 1 document, B has 5 documents", with a hint where one side looks unmarked."""
+    docs = lambda n: f"{n} document{'s' * (n != 1)}"  # noqa: E731
+    hint = (" (documents are separated by <d> lines: a translation keeps its source's <d> lines)"
+            if 1 in (n_a, n_b) else "")
+    return f"{a} has {docs(n_a)}, {b} has {docs(n_b)}{hint}"
+
+
 def refuse_overwrite(paths, force: bool) -> None:
     """A clear error before any work if an output file (or one of several; None: not asked
     for) exists and ``--force`` was not given."""
     for path in paths if isinstance(paths, (tuple, list)) else [paths]:
-        if path and Path(path).exists() and not force:
+        if path and Path(path).is_dir():
+            raise DocnmtError(f"{path}: is a directory; give a file name")
+        if path and Path(path).exists() and not force and Path(path).is_file():   # not /dev/null, a pipe
             raise DocnmtError(f"{path} exists; pass --force to overwrite it")
 
 
@@ -864,9 +882,10 @@ def cmd_evaluate(args) -> int:
     from .readers import read_sentences
     refuse_inputs([args.json], [args.hyp, args.ref, args.compare, getattr(args, "src", None)])
     refuse_unwritable([args.json, args.plot])
+    check_scorers(args)
     hyp, ref = read_sentences(args.hyp, hypothesis=True), read_sentences(args.ref)
     if len(hyp) != len(ref):
-        raise DocnmtError(f"{args.hyp} has {len(hyp)} documents, {args.ref} has {len(ref)}")
+        raise DocnmtError(document_counts(args.hyp, len(hyp), args.ref, len(ref)))
     result = evaluate_documents(hyp, ref)
     print(format_table(result))
     mismatched = result["n_mismatched_docs"]
@@ -901,6 +920,15 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def check_scorers(args) -> None:
+    """Mistyped --tcp or --comet-model paths: an error before any scoring, not after the table."""
+    if getattr(args, "tcp", None):
+        from .tcp import check_testset
+        check_testset(args.tcp)
+    if getattr(args, "comet_model", None) and not Path(args.comet_model).exists():
+        raise DocnmtError(f"--comet-model {args.comet_model}: no such file (a local COMET checkpoint)")
+
+
 def _by_length(args, hyp, ref) -> list[dict]:
     from .metrics import bleu_by_length, plot_by_length
     from .readers import read_sentences
@@ -926,7 +954,7 @@ def _comet(args, hyp, ref) -> dict | None:
         return None
     src = read_sentences(args.src, source=True)
     if len(src) != len(ref):
-        raise DocnmtError(f"{args.src} has {len(src)} documents, {args.ref} has {len(ref)}")
+        raise DocnmtError(document_counts(args.src, len(src), args.ref, len(ref)))
     srcs, hyps, refs, kept = aligned_sentences(src, hyp, ref)
     res = comet_score(args.comet_model, srcs, hyps, refs)
     if isinstance(res, str):
@@ -1028,6 +1056,7 @@ def cmd_fba_map(args) -> int:
 
 def cmd_compare(args) -> int:
     from .compare import compare
+    check_scorers(args)
     compare(args.runs, args.src, args.ref, args.out, baseline=args.baseline, fmt=args.format, suites=args.suite,
             suite_format=args.suite_format,
             suite_options={"split": args.suite_split, "detokenize": not args.no_detokenize,
@@ -1044,11 +1073,12 @@ def cmd_average(args) -> int:
     ckpts = list_checkpoints(Path(args.model))[-args.last:]
     if not ckpts:
         raise DocnmtError(f"{args.model}: no checkpoints to average")
+    out = Path(args.output or Path(args.model) / "averaged.safetensors")
+    refuse_overwrite(out, args.force)
+    refuse_unwritable([out])
     if len(ckpts) < args.last:
         print(f"WARNING: --last {args.last} asked for, but {args.model} has only {len(ckpts)} checkpoint"
               f"{'s' * (len(ckpts) != 1)}: averaging those", file=sys.stderr)
-    out = Path(args.output or Path(args.model) / "averaged.safetensors")
-    refuse_overwrite(out, args.force)
     average_checkpoints(ckpts, out)
     print(f"averaged {len(ckpts)} checkpoints ({', '.join(c.name for c in ckpts)}) into {out}", file=sys.stderr)
     return 0

@@ -129,6 +129,9 @@ def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[s
             texts = [s for d in docs["train"] for s in d.src + d.tgt]
             log(f"learning a joint SentencePiece BPE model of {vocab_size} pieces on {len(texts)} sentences")
             vocab = Vocab.train(texts, vocab_size)
+            if vocab.n_pieces < vocab_size:
+                log(f"the training text gave only {vocab.n_pieces} pieces (SentencePiece stops when no pair of "
+                    f"pieces is left to merge); the vocabulary has {len(vocab)} symbols with docnmt's own")
         vocab.save(work)
         stats = {"source_lang": src_lang, "target_lang": tgt_lang, "subword": vocab.backend, "vocab": len(vocab),
                  "splits": {}}

@@ -5,6 +5,8 @@ prepare (joint SentencePiece on the chats) → train a small Doc2Sent model (pre
 busy the machine is; a time cap (30 minutes by default) only guards against a machine far slower
 than expected, and is reported loudly when it stops training early → translate a held-back chat →
 print it aligned sentence by sentence with s-BLEU and d-BLEU of the five held-back chats.
+Run again in the same directory, it keeps the prepared data and resumes training from its last
+checkpoint; ``--force`` starts over.
 """
 from __future__ import annotations
 
@@ -33,17 +35,6 @@ UPDATES = 1200          # the quickstart preset's max_update: what the README's 
 MINUTES_CAP = 30.0
 
 
-def startup_line(trainer) -> str:
-    """One line saying what a training run is about to do: device, threads, precision, model size, data."""
-    import torch
-    params = sum(p.numel() for p in trainer.model.parameters())
-    precision = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[trainer.amp_dtype]
-    valid = f", {len(trainer.valid.rows):,} validation instances" if trainer.valid is not None else ""
-    return (f"device {trainer.device} ({torch.get_num_threads()} threads), {precision}, "
-            f"{params / 1e6:.2f}M parameters, {len(trainer.train_set.rows):,} training instances{valid}, "
-            f"{trainer.cfg.train.max_update:,} updates")
-
-
 def run(workdir: Path, minutes: float = MINUTES_CAP, force: bool = False, updates: int = UPDATES) -> int:
     from .config import Config
     from .metrics import evaluate_documents, format_table
@@ -52,32 +43,40 @@ def run(workdir: Path, minutes: float = MINUTES_CAP, force: bool = False, update
     from .train import Trainer
     from .translate import Translator
 
-    if workdir.exists() and any(workdir.iterdir()) and not force:
-        raise DocnmtError(f"{workdir} exists and is not empty; pass --force or choose another --workdir")
-    if force and workdir.exists():
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    if workdir.exists() and not workdir.is_dir():
+        raise DocnmtError(f"{workdir} is a file; --workdir names a directory")
+    if workdir.exists() and any(workdir.iterdir()):
         foreign = sorted(p.name for p in workdir.iterdir() if p.name not in QUICKSTART_PARTS)
         if foreign:
-            raise DocnmtError(f"{workdir} holds files the quick start did not make ({', '.join(foreign[:3])}), "
-                              "and --force only starts a quick-start directory over: choose another --workdir")
-        shutil.rmtree(workdir)
+            raise DocnmtError(f"{workdir} holds files the quick start did not make ({', '.join(foreign[:3])}); "
+                              "choose another --workdir (--force only starts a quick-start directory over)")
+        if force:
+            shutil.rmtree(workdir)
+        else:
+            say(f"{workdir} holds an earlier quick start: going on from where it stopped (--force starts over)")
     t0 = time.time()
-    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     raw, data, model_dir = (workdir / part for part in QUICKSTART_PARTS)
     unpack(raw)
-    say(f"[1/3] preparing the bundled BConTrasT chats (CC BY-SA 4.0) in {workdir}")
-    prepare(data, "en", "de", [str(raw / "train")], [str(raw / "valid")], [str(raw / "test")],
-            vocab_size=4000, log=say)
+    if (data / "prepare.json").exists():        # prepare renames its directory into place only when complete
+        say(f"[1/3] the bundled BConTrasT chats are already prepared in {data}")
+    else:
+        say(f"[1/3] preparing the bundled BConTrasT chats (CC BY-SA 4.0) in {workdir}")
+        prepare(data, "en", "de", [str(raw / "train")], [str(raw / "valid")], [str(raw / "test")],
+                vocab_size=4000, log=say)
     say(f"[2/3] training a small Doc2Sent model for {updates:,} updates (time cap {minutes:g} minutes)")
     cfg = Config.load("quickstart").override({"train.max_minutes": minutes, "train.max_update": updates})
     trainer = Trainer(cfg, data, model_dir)
-    say("      " + startup_line(trainer))
+    say("      " + trainer.describe())
     trainer.train()
     reached = trainer.progress.updates
     if reached < updates:
         say(f"\nWARNING: the {minutes:g}-minute time cap stopped training after {reached:,} of {updates:,} updates "
             f"(this machine is slower or busier than expected). The model is undertrained: expect poor "
-            f"translations and a BLEU far below the README's figures. Run `docnmt quickstart --force "
-            f"--minutes {max(2 * minutes, minutes * updates / max(reached, 1) * 1.2):.0f}` to train it fully.\n")
+            f"translations and a BLEU far below the README's figures. Run `docnmt quickstart --workdir {workdir}"
+            + ("" if updates == UPDATES else f" --updates {updates}")
+            + f" --minutes {max(2 * minutes, minutes * (updates - reached) / max(reached, 1) * 1.2):.0f}` to "
+            "train it on from here.\n")
     say("[3/3] translating the held-back chats")
     test = read_documents(str(raw / "test.en"), str(raw / "test.de"), docids=str(raw / "test.docids"))
     translator = Translator.load(model_dir, device="cpu")

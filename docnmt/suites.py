@@ -77,8 +77,8 @@ def detect_format(path: Path) -> str:
             return "scat"
         if "contrapro.json" in names:
             return "contrapro"
-        raise DataError("cannot tell the suite format of this directory (SCAT files or contrapro.json expected); "
-                        "give --format", path)
+        raise DataError("cannot tell the suite format of this directory (SCAT files or contrapro.json expected)"
+                        + (_suite_files_hint(path) or "; give --format"), path)
     if path.name.startswith("contrapro"):
         return "contrapro"
     data = _load_json(path)
@@ -106,12 +106,18 @@ def _load_json(path: Path, expect: type | None = None, what: str = ""):
     return data
 
 
+def _suite_files_hint(directory: Path) -> str:
+    """"; give one of its files (a.json, b.json)" for a directory holding JSON suite files, else ""."""
+    names = sorted(str(p.relative_to(directory)) for p in directory.rglob("*.json"))
+    return f"; give one of its files ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})" if names else ""
+
+
 def _read_text(path: Path) -> str:
     """A suite file as strict UTF-8, or a DataError naming the file and line of the bad byte."""
     try:
         data = path.read_bytes()
     except IsADirectoryError:
-        raise DataError("is a directory, not a suite file", path) from None
+        raise DataError("is a directory, not a suite file" + _suite_files_hint(path), path) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -75,13 +75,19 @@ def moses_words(text: str, lang: str = "en") -> list[str]:
     return MosesTokenizer(lang).tokenize(text, aggressive_dash_splits=True, escape=False)
 
 
-def tcp_documents(hyp_docs: Sequence[Sequence[str]], testset: str | Path, tokenized: bool = False) -> dict:
-    """TCP of hypothesis documents (lists of sentences) against a PDC test directory holding
-    ``en.tok`` and ``en.candidates`` (``zhen/pdc/testsets/doc``)."""
+def check_testset(testset: str | Path) -> Path:
+    """``testset`` as a Path, or a DataError if it is not a PDC test directory."""
     testset = Path(testset)
     for name in ("en.tok", "en.candidates"):
         if not (testset / name).exists():
             raise DataError(f"no {name} here (a PDC test directory such as zhen/pdc/testsets/doc)", testset)
+    return testset
+
+
+def tcp_documents(hyp_docs: Sequence[Sequence[str]], testset: str | Path, tokenized: bool = False) -> dict:
+    """TCP of hypothesis documents (lists of sentences) against a PDC test directory holding
+    ``en.tok`` and ``en.candidates`` (``zhen/pdc/testsets/doc``)."""
+    testset = check_testset(testset)
     refs = [line.split() for line in (testset / "en.tok").read_text(encoding="utf-8").splitlines()]
     hyps = [(" ".join(d).split() if tokenized else moses_words(" ".join(d))) for d in hyp_docs]
     return tcp(hyps, refs, read_labels(testset / "en.candidates"))

@@ -306,6 +306,19 @@ class Trainer:
             raise ConfigError(f"the model (over {n:,} parameters) does not fit in memory: "
                               f"{str(e).splitlines()[0]}") from None
 
+    def describe(self) -> str:
+        """One line saying what this run is about to do: method and mode, device, threads,
+        precision, model size, data sizes, updates."""
+        tc = self.cfg.train
+        params = sum(p.numel() for p in self.model.parameters())
+        precision = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype]
+        valid = f", {len(self.valid.rows):,} validation instances" if self.valid is not None else ""
+        ranks = f" x {self.dist.world} processes" if self.dist.world > 1 else ""
+        return (f"{self.cfg.method_name} ({self.cfg.data.mode}) on {self.device}{ranks} "
+                f"({torch.get_num_threads()} threads), {precision}, {params / 1e6:.2f}M parameters, "
+                f"{len(self.train_set.rows):,} training instances{valid}, "
+                + (f"{tc.max_update:,} updates" if tc.max_update > 0 else f"{tc.max_epoch} epochs"))
+
     def close(self) -> None:
         """Release the save directory and its log (also done when training ends or fails)."""
         for h in (self._log_handler, self._console_handler):
@@ -535,6 +548,8 @@ class Trainer:
     def _train(self) -> Path:
         tc, p = self.cfg.train, self.progress
         self.start_time = start_time = time.time()
+        if self.dist.main:
+            log.info("training %s", self.describe())
         self._bar_postfix: dict[str, str] = {}
         # one bar for the whole run, in updates, towards the nearest end (see run_end); a resumed
         # run starts it at the resumed update, so its rate and ETA count from there

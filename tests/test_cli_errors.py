@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -98,12 +99,20 @@ def test_evaluate_missing_file(corpus, tmp_path, cli_error):
     assert f"{missing}: no such file" in message
 
 
+@pytest.mark.parametrize("flag", ["--tcp", "--comet-model"])
+def test_evaluate_checks_scorer_paths_before_printing_scores(corpus, tmp_path, run_cli, flag):
+    _, paths = corpus(GOOD, None)
+    missing = tmp_path / "nope"
+    status, out, err = run_cli("evaluate", "--hyp", paths["en"], "--ref", paths["en"], flag, missing)
+    assert status == 2 and out == "" and str(missing) in err and len(err.strip().splitlines()) == 1
+
+
 def test_evaluate_different_document_counts(corpus, tmp_path, write_files, cli_error):
     _, paths = corpus(GOOD, None)
     hyp = write_files(tmp_path, {"hyp.de": "<d>\nHallo .\nWie ?\n"})["hyp.de"]
     message = cli_error("evaluate", "--hyp", hyp, "--ref", paths["en"])
     assert str(hyp) in message and str(paths["en"]) in message
-    assert "1 documents" in message and "2" in message
+    assert f"{hyp} has 1 document, " in message and "has 2 documents" in message and "<d> lines" in message
 
 
 # ---- an output is never written over an input, --force or not ------------------------------------
@@ -129,6 +138,22 @@ def test_score_contrastive_never_writes_over_its_suite(tmp_path, write_files, cl
     assert "input" in message and sorted(p.name for p in scat.iterdir()) == ["highlighted.valid.en"]
 
 
+@pytest.mark.parametrize("fmt", ["auto", "bawden"])
+def test_a_suite_directory_error_names_the_suite_files_in_it(tmp_path, write_files, fmt):
+    from docnmt.errors import DataError
+    from docnmt.suites import read_suite
+    root = tmp_path / "bawden"
+    write_files(root / "test-sets", {"anaphora.json": "{}", "lexical-choice.json": "{}", "README": "x"})
+    with pytest.raises(DataError, match=r"give one of its files \(test-sets/anaphora.json, "
+                                        r"test-sets/lexical-choice.json\)"):
+        read_suite(root, fmt)
+
+
+def test_abbreviated_flags_are_errors_not_guesses(cli_error):
+    message = cli_error("translate", "MODEL", "--be", "3")
+    assert "unrecognized arguments: --be 3" in message
+
+
 def test_translate_never_writes_over_its_input_or_the_model(tmp_path, write_files, cli_error):
     src = write_files(tmp_path, {"in.en": "<d>\nHello .\n"})["in.en"]
     model = tmp_path / "model"
@@ -137,6 +162,46 @@ def test_translate_never_writes_over_its_input_or_the_model(tmp_path, write_file
         message = cli_error("translate", model, "-i", src, "-o", output, "--force")
         assert str(output) in message and "input" in message
     assert src.read_text() == "<d>\nHello .\n" and (model / "config.yaml").read_text() == "model: {}\n"
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_a_directory_as_output_file_is_one_clear_error(tmp_path, write_files, cli_error, force):
+    """-o naming a directory: "is a directory" at once, with or without --force (never a
+    temporary file's name, never "pass --force" first)."""
+    import torch
+
+    from docnmt.checkpoint import save_checkpoint
+    src = write_files(tmp_path, {"in.en": "<d>\nHello .\n"})["in.en"]
+    model = tmp_path / "model"
+    write_files(model, {"config.yaml": "model: {}\n"})
+    save_checkpoint(model, "u00000001", torch.nn.Linear(2, 2), {"updates": 1}, keep_last=2)
+    out = tmp_path / "out"
+    out.mkdir()
+    for argv in (["translate", model, "-i", src, "-o", out], ["average", model, "-o", out]):
+        message = cli_error(*argv, *force)
+        assert message.endswith(f"{out}: is a directory; give a file name"), message
+    assert list(out.iterdir()) == [] and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_average_writes_into_a_pipe_without_force_and_never_replaces_it(tmp_path, run_cli):
+    """An output that exists but is not a regular file (a named pipe here, /dev/null alike) is
+    written to, not replaced (safetensors' save_file would replace it), and needs no --force."""
+    import threading
+
+    import torch
+
+    from docnmt.checkpoint import save_checkpoint
+    model = tmp_path / "model"
+    save_checkpoint(model, "u00000001", torch.nn.Linear(2, 2), {"updates": 1}, keep_last=2)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    status, _, err = run_cli("average", model, "-o", fifo)
+    reader.join(timeout=30)
+    assert status == 0, err
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and got and b'"weight"' in got[0]
 
 
 # ---------------------------------------------------------------------------- configuration

@@ -177,7 +177,11 @@ def test_cli_switches_subword_model_with_force(tmp_path, run_cli, capsys):
     status, _, err = run_cli(*base, "--subword", "moses-bpe", "--bpe-merges", "200")
     assert status == 0 and "200 joint BPE merges" in err
     assert isinstance(Vocab.load(dest), MosesBPEVocab)
-    assert run_cli(*base, "--vocab-size", "200")[0] == 0
+    status, _, err = run_cli(*base, "--vocab-size", "200")
+    assert status == 0 and "gave only" not in err
     assert type(Vocab.load(dest)) is Vocab and not (dest / "bpe.codes").exists()
+    status, _, err = run_cli(*base, "--vocab-size", "100000")           # more than 60 sentences can give
+    n = Vocab.load(dest).n_pieces
+    assert status == 0 and n < 100000 and f"the training text gave only {n} pieces" in err
     status, out, _ = run_cli("prepare", "--help")
     assert status == 0 and "--subword {spm,moses-bpe}" in out

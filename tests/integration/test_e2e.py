@@ -26,6 +26,16 @@ def run(shared_data, tmp_path_factory):
     return root, prefix
 
 
+def test_train_says_what_it_runs(run):
+    """The first line of train.log (also printed by `docnmt train`): method, mode, device,
+    precision, parameters, data and the run's length."""
+    root, _ = run
+    head = next(line for line in (root / "model" / "train.log").read_text().splitlines() if "training " in line)
+    for part in ("training transformer (doc2doc) on cpu (", "fp32", "M parameters", "training instances",
+                 "validation instances", "8 updates"):
+        assert part in head, head
+
+
 def test_translate_evaluate_and_report(run, capsys):
     root, prefix = run
     hyp = root / "hyp.de"
