@@ -23,6 +23,7 @@ into a fresh temporary directory under a sanitised name and removed after readin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import hmac
 import io
@@ -31,6 +32,7 @@ import logging
 import math
 import os
 import re
+import signal
 import tempfile
 import threading
 import time
@@ -93,7 +95,7 @@ class Settings:
 class Options(BaseModel):
     """Decoding options of one request; those left out are the model's own (its config's ``decode``)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
     beam: int | None = Field(None, ge=1, description="beam size (1 = greedy)")
     lenpen: float | None = Field(None, ge=0, le=10, description="length penalty: score / length**lenpen")
     lenpen_style: Literal["fairseq", "gnmt"] | None = None
@@ -718,6 +720,19 @@ def sentence_rows(doc: Document, paragraphs: list[int] | None = None) -> list[di
     return rows
 
 
+class UnsupportedMedia(Exception):
+    """A request body in a form encoding where JSON is expected: 415."""
+
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+KINDS = {"/v1/translate": "translate", "/v1/translate/file": "file"}      # the request kinds of /metrics
+
+
+def not_json(constant: str):
+    """``json.loads``' hook for NaN and Infinity, which JSON does not have."""
+    raise ValueError(f"{constant} is not a JSON number")
+
+
 def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"error": " ".join(str(message).split())}, status, headers=headers)
 
@@ -725,16 +740,20 @@ def error(status: int, message: str, headers: dict | None = None) -> JSONRespons
 class BodyLimit:
     """ASGI middleware: a request body over ``limit`` bytes is answered 413 before the app reads it."""
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, metrics: "Metrics | None" = None):
+        self.app, self.limit, self.metrics = app, limit, metrics
+
+    async def _refuse(self, scope, receive, send):
+        if self.metrics is not None and scope["path"] in KINDS:
+            self.metrics.request(KINDS[scope["path"]], 413, 0.0)
+        await error(413, f"request body over the limit of {self.limit} bytes")(scope, receive, send)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        too_big = error(413, f"request body over the limit of {self.limit} bytes")
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await too_big(scope, receive, send)
+            return await self._refuse(scope, receive, send)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -742,7 +761,7 @@ class BodyLimit:
                 return
             size += len(message.get("body", b""))
             if size > self.limit:
-                return await too_big(scope, receive, send)
+                return await self._refuse(scope, receive, send)
             chunks.append(message.get("body", b""))
             if not message.get("more_body"):
                 break
@@ -771,7 +790,7 @@ def create_app(service: Service) -> FastAPI:
     app = FastAPI(title="docnmt", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Document-level translation: POST a document, get it back sentence by sentence "
                               "with scores and a coverage report. See docs/serving.md.")
-    app.add_middleware(BodyLimit, limit=service.settings.max_upload_bytes)
+    app.add_middleware(BodyLimit, limit=service.settings.max_upload_bytes, metrics=service.metrics)
     key_header = APIKeyHeader(name="X-API-Key", auto_error=False)
     bearer = HTTPBearer(auto_error=False)
     metrics = service.metrics
@@ -785,12 +804,16 @@ def create_app(service: Service) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def http_error(request, e: HTTPException):
+        if request.url.path in KINDS:          # a wrong method, a missing key: counted like the other answers
+            metrics.request(KINDS[request.url.path], e.status_code, 0.0)
         return error(e.status_code, e.detail, getattr(e, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request, e: RequestValidationError):
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"] if p != "body")
+        if request.url.path in KINDS:
+            metrics.request(KINDS[request.url.path], 422, 0.0)
         return error(422, f"{where}: {err['msg']}" if where else err["msg"])
 
     @app.exception_handler(Exception)
@@ -804,6 +827,8 @@ def create_app(service: Service) -> FastAPI:
             response = await handler()
         except TooLarge as e:
             response = error(413, e)
+        except UnsupportedMedia as e:
+            response = error(415, e)
         except Busy as e:
             response = error(503, e, {"Retry-After": str(e.retry_after)})
         except LookupError as e:
@@ -855,9 +880,13 @@ def create_app(service: Service) -> FastAPI:
                                              "content": {"application/json": {"schema": schema}}}})
     async def translate(request: Request):
         async def handle():
+            media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if media in FORM_TYPES:
+                raise UnsupportedMedia(f"the body is {media}: send the request as JSON (Content-Type: "
+                                       "application/json); files go to POST /v1/translate/file")
             body = await request.body()
             try:
-                obj = json.loads(body.decode("utf-8"))
+                obj = json.loads(body.decode("utf-8"), parse_constant=not_json)
             except UnicodeDecodeError as e:
                 raise DataError(f"the request body is not valid UTF-8 (byte {e.start})") from None
             except (ValueError, RecursionError) as e:
@@ -948,7 +977,30 @@ def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, settings
     announce(f"docnmt serve: {', '.join(service.models)} on {where} (web page at /, API docs at /docs)")
     config = uvicorn.Config(create_app(service), log_level=log_level, access_log=log_level == "debug",
                             timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+    server = quiet_stop_server(config)
+    server.run(sockets=[sock])
+    if server.signals:
+        announce(f"docnmt serve: stopped ({signal.Signals(server.signals[-1]).name}); requests in flight were answered")
+
+
+def quiet_stop_server(config):
+    """uvicorn's server for ``config``, for which SIGINT and SIGTERM are a normal stop: after its
+    graceful shutdown it does not raise the signal again (uvicorn does, so a supervisor would see
+    exit 130 or 143 for every stop); the signals it got end up in ``signals``."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        signals: list[int] = []
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    self.signals = list(self._captured_signals)
+                    self._captured_signals.clear()
+    return Server(config)
 
 
 def spawn(models: dict[str, str], log: Path, flags: list[str] = (), env: dict | None = None,

@@ -262,6 +262,7 @@ class Trainer:
         self._lock: DirectoryLock | None = None
         self._log_handler: logging.Handler | None = None
         self._console_handler: logging.Handler | None = None     # warnings also on stderr, not only in train.log
+        self._init_message = ""             # what --init-from copied (_init_from), logged once the log is open
         self._made_dir = False
         try:
             self._prepare_save_dir(force, init_from)
@@ -373,8 +374,8 @@ class Trainer:
         self.pretrained = load_weights(self.model, path, strict=False)
         copied = set(self.pretrained)
         fresh = [n for n, _ in self.model.named_parameters() if n not in copied]
-        log.info("initialised %d parameters from %s; %d fresh: %s", len(self.pretrained), path, len(fresh),
-                 ", ".join(fresh[:6]) + (" …" if len(fresh) > 6 else ""))
+        self._init_message = (f"initialised {len(self.pretrained)} parameters from {path}; {len(fresh)} fresh: "
+                              + ", ".join(fresh[:6]) + (" …" if len(fresh) > 6 else ""))
         self._build_optimizer()
 
     def _amp_dtype(self, precision: str):
@@ -441,6 +442,9 @@ class Trainer:
             self._console_handler.setFormatter(logging.Formatter("docnmt: warning: %(message)s"))
             log.addHandler(self._console_handler)
             log.setLevel(logging.INFO)
+            if self._init_message:          # made before train.log was open: on the console and in the log
+                log.info(self._init_message)
+                print(self._init_message, file=sys.stderr)
 
     def _resume_newest(self, found: list[Path]) -> None:
         """Resume from the newest checkpoint that loads (a crash or a full disk can leave the

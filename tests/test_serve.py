@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -90,6 +91,11 @@ BAD = [
     ("post", "/v1/translate", {"json": {"sentences": [" ".join("abcdefghijk")] * 40}}, 413, "subword tokens"),
     ("post", "/v1/translate", {"json": {"text": "x" * 30000}}, 413, "over the limit of 20000 bytes"),
     ("get", "/v1/translate", {}, 405, "Method Not Allowed"),
+    ("post", "/v1/translate", {"data": {"sentences": "Hi"}}, 415, "Content-Type: application/json"),
+    ("post", "/v1/translate", {"content": b'{"sentences": ["a"], "options": {"lenpen": NaN}}'}, 422,
+     "NaN is not a JSON number"),
+    ("post", "/v1/translate/file", {"files": {"file": ("a.en", b"Hello.\n")}, "data": {"options": '{"lenpen": NaN}'}},
+     422, "finite number"),
     ("post", "/v1/translate/file", {"data": {"model": "s"}}, 422, "file: Field required"),
     ("post", "/v1/translate/file", {"files": {"file": ("a.en", b"<d>\n\xff\n")}}, 422,
      "a.en:2: invalid UTF-8"),
@@ -310,6 +316,20 @@ def test_bad_input_is_a_4xx_with_one_json_line(api, method, path, kwargs, status
     assert client.post("/v1/translate", json={"sentences": ["still here"]}).status_code == 200
 
 
+def test_metrics_count_every_refused_request(api):
+    """/metrics counts the answers given before a handler runs too: bodies over the size limit
+    (declared or streamed), wrong methods, form fields that fail validation."""
+    client, _ = api()
+    big = b'{"text": "' + b"x" * 30000 + b'"}'
+    assert client.post("/v1/translate", content=big).status_code == 413
+    assert client.post("/v1/translate", content=(big[i:i + 1000] for i in range(0, len(big), 1000))).status_code == 413
+    assert client.post("/v1/translate/file", files={"file": ("a.en", b"Hello.\n" * 5000)}).status_code == 413
+    assert client.get("/v1/translate").status_code == 405
+    assert client.post("/v1/translate/file", data={"model": "s"}).status_code == 422
+    counts = client.get("/metrics").json()["requests"]
+    assert counts == {"translate 413": 2, "file 413": 1, "translate 405": 1, "file 422": 1}
+
+
 def test_files_come_back_in_their_own_format(api):
     client, _ = api()
     r = client.post("/v1/translate/file", files={"file": ("../x/talk.xml", XML.encode())})
@@ -446,6 +466,19 @@ def server(tiny_model, tmp_path_factory):
     yield url, models, log
     stop_server(proc)
     assert "Traceback" not in log.read_text(), log.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_is_a_normal_stop(tiny_model, tmp_path, sig):
+    """Ctrl-C or a supervisor's SIGTERM: graceful shutdown, exit status 0, one line saying so."""
+    log = tmp_path / "serve.log"
+    proc, url = start_server({"m": tiny_model("sent2sent")}, log)
+    assert httpx.get(url + "/healthz", timeout=30).status_code == 200
+    proc.send_signal(sig)
+    assert proc.wait(30) == 0
+    text = log.read_text()
+    assert f"docnmt serve: stopped ({sig.name})" in text and "Traceback" not in text and "interrupted" not in text
 
 
 def client_of(url: str) -> httpx.Client:

@@ -88,7 +88,8 @@ async function translate() {
       data.append("options", JSON.stringify(options()));
       data.append("response", "json");
       result = await call("/v1/translate/file", { method: "POST", body: data });
-      download = { name: result.filename, text: result.file, type: "text/plain" };
+      download = { name: result.filename, text: result.file,
+                   type: ["xml", "sgml"].includes(result.format) ? "application/xml" : "text/plain" };
     } else {
       if (!source.value.trim()) throw new Error("Paste a document first, or choose a file.");
       result = await call("/v1/translate", {
@@ -102,6 +103,8 @@ async function translate() {
     show(result);
     say(`Translated ${result.coverage.sentences} sentences in ${(result.timing.total_ms / 1000).toFixed(1)} s.`);
   } catch (e) {
+    $("result").hidden = true;       // never an earlier translation under this error
+    download = null;
     say(e.message, true);
   } finally {
     button.disabled = false;

@@ -100,6 +100,12 @@ def test_paste_translate_read_side_by_side_and_download(page_server, browser, tm
     assert shot.stat().st_size > 10_000
     driver.find_element(By.ID, "download").click()
     assert downloaded(driver.downloads, "translation.txt") == want["text"] + "\n"
+    beam = driver.find_element(By.ID, "beam")                # a refused request: its error alone, no old table
+    beam.clear()
+    beam.send_keys("99")
+    source.send_keys(Keys.CONTROL, Keys.ENTER)
+    wait_for(driver, lambda d: "at most" in d.find_element(By.ID, "status").text)
+    assert not driver.find_element(By.ID, "result").is_displayed()
 
 
 def test_a_dropped_or_chosen_file_comes_back_in_its_format(page_server, browser, tmp_path):

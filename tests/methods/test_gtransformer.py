@@ -572,6 +572,9 @@ def test_fine_tuning_from_a_sentence_model(tiny_dir, tmp_path):
     lrs = [g["initial_lr"] for g in tr.optimizer.param_groups]
     assert lrs == pytest.approx([tr.cfg.train.lr, 0.2 * tr.cfg.train.lr])
     assert len(tr.optimizer.param_groups[1]["params"]) == len(tr.pretrained)
+    fresh = len(params) - len(tr.pretrained)                             # what was copied is in train.log
+    assert f"initialised {len(tr.pretrained)} parameters from {tmp_path / 'sent' / 'model.safetensors'}; " \
+           f"{fresh} fresh: " in (tmp_path / "gt" / "train.log").read_text()
     tr.train()
     ratio = [g["lr"] for g in tr.optimizer.param_groups]
     assert ratio[1] == pytest.approx(0.2 * ratio[0])                     # one schedule, two scales
