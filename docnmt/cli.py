@@ -590,7 +590,11 @@ def cmd_train(args) -> int:
     if trainer.dist.main:
         print(f"training {trainer.describe()}", file=sys.stderr)
     out = trainer.train()
-    print(f"model saved in {out}", file=sys.stderr)
+    p, metric = trainer.progress, trainer.cfg.train.best_metric
+    best = "" if p.best is None else (f", best validation {metric} "
+                                      f"{-p.best if metric == 'bleu' else p.best:.4f}")
+    print(f"model saved in {out} ({p.updates:,} updates{best}; every figure in {out / 'metrics.jsonl'})",
+          file=sys.stderr)
     return 0
 
 

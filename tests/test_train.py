@@ -320,6 +320,17 @@ def test_warnings_after_setup_reach_the_console_not_only_train_log(data, tmp_pat
     assert "after close" not in capsys.readouterr().err
 
 
+def test_the_train_command_says_what_it_runs_and_what_it_reached(data, tmp_path, run_cli):
+    status, _, err = run_cli("train", data, "--save-dir", tmp_path / "m", "--arch", "transformer_tiny",
+                             "--max-update", "2", "--no-progress")
+    assert status == 0, err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("training transformer (sent2sent) on cpu (") and "2 updates" in lines[0]
+    best = min(r["valid_loss"] for r in history(tmp_path / "m") if "valid_loss" in r)
+    assert lines[-1] == (f"model saved in {tmp_path / 'm'} (2 updates, best validation loss {best:.4f}; "
+                         f"every figure in {tmp_path / 'm' / 'metrics.jsonl'})")
+
+
 def test_bleu_as_best_metric_needs_valid_bleu(data, tmp_path):
     with pytest.raises(DocnmtError, match="--valid-bleu"):
         Trainer(tiny_config(max_update=2, best_metric="bleu"), data, tmp_path / "m", progress_bar=False)
