@@ -37,7 +37,7 @@ async function loadModels() {
   const health = await call("/healthz");
   $("key-label").hidden = !health.api_key_required;
   if (health.api_key_required && !$("apikey").value) {
-    say("This server needs an API key: enter it, then press Enter in the key field.");
+    say("This server needs an API key: enter it, then press Enter or Translate.");
     return;
   }
   const { models } = await call("/v1/models");
@@ -78,8 +78,12 @@ function chooseFile(file) {
 async function translate() {
   const button = $("translate");
   button.disabled = true;
-  say("Translating…");
   try {
+    if (!$("model").value) {           // an API key typed but not confirmed yet: the models come first
+      await loadModels();
+      if (!$("model").value) throw new Error("No model to translate with yet: enter the API key.");
+    }
+    say("Translating…");
     let result;
     if (chosenFile) {
       const data = new FormData();
@@ -101,7 +105,7 @@ async function translate() {
       download = { name: "translation.txt", text: result.text + "\n", type: "text/plain" };
     }
     show(result);
-    say(`Translated ${result.coverage.sentences} sentences in ${(result.timing.total_ms / 1000).toFixed(1)} s.`);
+    say(`Translated ${result.coverage.sentences} sentence${result.coverage.sentences === 1 ? "" : "s"} in ${(result.timing.total_ms / 1000).toFixed(1)} s.`);
   } catch (e) {
     $("result").hidden = true;       // never an earlier translation under this error
     download = null;
@@ -185,6 +189,7 @@ $("clear-file").addEventListener("click", () => { $("file").value = ""; chooseFi
 $("apikey").addEventListener("keydown", (e) => {
   if (e.key === "Enter") { e.preventDefault(); loadModels().catch((err) => say(err.message, true)); }
 });
+$("apikey").addEventListener("change", () => loadModels().catch((err) => say(err.message, true)));
 $("copy").addEventListener("click", copyTranslation);
 $("download").addEventListener("click", saveTranslation);
 for (const name of ["dragenter", "dragover"]) {

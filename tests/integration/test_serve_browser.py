@@ -123,3 +123,21 @@ def test_a_dropped_or_chosen_file_comes_back_in_its_format(page_server, browser,
                       timeout=120).text
     driver.find_element(By.ID, "download").click()
     assert downloaded(driver.downloads, "chat.translated.en") == want
+
+
+def test_with_an_api_key_typing_it_and_pressing_translate_is_enough(tiny_model, browser, tmp_path):
+    """A key-guarded server: the page asks for the key; typed and not confirmed with Enter, the
+    Translate button still loads the models first and translates."""
+    proc, url = start_server({"chat": tiny_model("sent2sent")}, tmp_path / "serve.log",
+                             env={"DOCNMT_API_KEY": "s3cret"})
+    try:
+        driver = browser
+        driver.get(url)
+        wait_for(driver, lambda d: "needs an API key" in d.find_element(By.ID, "status").text)
+        driver.find_element(By.ID, "apikey").send_keys("s3cret")
+        driver.find_element(By.ID, "source").send_keys("Hello there.")
+        driver.find_element(By.ID, "translate").click()
+        wait_for(driver, lambda d: "Translated 1 sentence in" in d.find_element(By.ID, "status").text)
+        assert [r[1] for r in rows(driver)] == ["Hello there."]
+    finally:
+        stop_server(proc)
