@@ -18,6 +18,9 @@
 #            SCAT valid with exact McNemar tests against the control. DocFlat's pass 1 is the
 #            control's translation. Context usage: CXMI on the validation sittings
 #            (bench/tier_mfr_context.py) beside the attention entropies of the last validation.
+#            The separator formats (Doc2Doc, P-Transformer) are decoded a second time with the
+#            source's sentence count forced (translate --sentence-count; their papers use no
+#            constraint): what losing the sentence alignment costs them, apart from the rest.
 #            Stage 1 is scored too (before the context encoder, whose sentence weights are stage
 #            1's). Four systems are also tested against a second baseline, the one their claim is
 #            about (ALSO below): the context encoder against stage 1, the G-Transformer with
@@ -109,6 +112,12 @@ score() {   # translate and score one trained run (the control's first: the othe
   [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
   step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" "${against[@]}" --json "$R/$name/valid.json"
   also "$name" "$R/$name/valid.vs_${ALSO[$name]:-}.json"
+  case $name in doc2doc*|pt)   # the separator formats again, the source's sentence count forced (a second row)
+    [ -f "$R/$name/valid.count.fr" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" \
+      -o "$R/$name/valid.count.fr" "${DECODE[@]}" --sentence-count --report "$R/$name/valid.count.coverage.json"
+    step docnmt evaluate --hyp "$R/$name/valid.count.fr" --ref "$S/valid/hansard.fr" --compare "$R/control/valid.fr" \
+      --json "$R/$name/valid.count.json";;
+  esac
   [ "$name" = stage1 ] || [ -f "$R/$name/valid.cxmi.json" ] \
     || step python bench/tier_mfr_context.py "$model" --src "$S/valid/hansard.en" --ref "$S/valid/hansard.fr"
   for suite in "$BAWDEN/anaphora.json" "$BAWDEN/lexical-choice.json" "$S/suites/scat_yin2021_enfr"; do

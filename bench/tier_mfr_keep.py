@@ -31,11 +31,13 @@ from pathlib import Path
 
 SUITES = ("anaphora", "lexical-choice", "scat_yin2021_enfr")
 SCORES = tuple(f"{s}.json" for s in SUITES) + ("valid.json", "valid.coverage.json", "valid.cxmi.json")
+# a separator-format run decoded again with the source's sentence count forced (kept, not needed to restore)
+COUNT = ("valid.count.json", "valid.count.coverage.json")
 COMPARED = tuple(f"{s}.scores.jsonl" for s in SUITES)   # what the next runs are tested against
 # tests against a second baseline (tier_mfr.sh ALSO)
 EXTRA = ("valid.vs_stage1.json", "valid.vs_gt.json", "valid.vs_gt_sentpos.json", "valid.vs_docflat_d.json",
          "valid.vs_doc2doc.json")
-FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png") + SCORES + COMPARED + EXTRA
+FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png") + SCORES + COUNT + COMPARED + EXTRA
 
 
 def training_time(log: Path, max_gap: float = 1800.0) -> dict:
@@ -83,12 +85,14 @@ def keep(run: Path, dest: Path, weights: bool, fp32: bool = False, started_from:
     dest.mkdir(parents=True, exist_ok=True)
     if started_from:
         (dest / "started_from.sha256").write_text(sha256(started_from) + "\n")
-    for name in (SCORES + COMPARED + EXTRA) if scores_only else FILES:
+    for name in (SCORES + COUNT + COMPARED + EXTRA) if scores_only else FILES:
         if (run / name).exists():
             shutil.copy2(run / name, dest / name)
-    if (run / "valid.fr").exists():
-        with open(run / "valid.fr", "rb") as f, gzip.GzipFile(dest / "valid.fr.gz", "wb", mtime=0) as g:
-            shutil.copyfileobj(f, g)
+    for translation in ("valid.fr", "valid.count.fr"):     # the second: decoded with the sentence count forced
+        if (run / translation).exists():
+            with open(run / translation, "rb") as f, \
+                    gzip.GzipFile(dest / f"{translation}.gz", "wb", mtime=0) as g:
+                shutil.copyfileobj(f, g)
     if (run / "train.log").exists() and not scores_only:
         (dest / "training_time.json").write_text(json.dumps(training_time(run / "train.log"), indent=1))
     if weights:

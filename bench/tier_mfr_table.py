@@ -39,6 +39,10 @@ ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt
         "docflat_d_sentpos": "docflat_d", "doc2doc_sentpos": "doc2doc"}
 SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
           ("scat_yin2021_enfr", "SCAT valid"))
+# the separator formats decoded a second time with the source's sentence count forced (translate
+# --sentence-count): valid.count.json and valid.count.coverage.json beside the run's own; the same
+# model, so the same training, NLL and suite scores (teacher-forced, whatever the decoding)
+COUNTED = "decoded with the source's sentence count"
 
 
 def load(path: Path):
@@ -84,15 +88,25 @@ def rows(root: Path) -> list[list[str]]:
     runs += sorted(p.name for p in root.iterdir() if p.is_dir() and p.name not in runs)
     for name in runs:
         run = root / name
-        v, ev = last_valid(run), load(run / "valid.json")
-        t = load(run / "training_time.json")
-        out.append([NAMES.get(name, name), f"{v['updates']:,}", f"{t['seconds'] / 3600:.1f} h" if t else "–",
-                    f"{v['valid_nll_loss']:.3f}" if "valid_nll_loss" in v else "–",
-                    score_cell(ev, "s_bleu", "bootstrap", "s"), score_cell(ev, "d_bleu", "bootstrap", "d"),
-                    score_cell(ev, "s_chrf", "bootstrap_chrf", "s"), score_cell(ev, "d_chrf", "bootstrap_chrf", "d"),
-                    *(suite_cell(load(run / f"{s}.json")) for s, _ in SUITES),
-                    coverage_cell(load(run / "valid.coverage.json"))])
+        v, t = last_valid(run), load(run / "training_time.json")
+        for ev, cov, label in decodings(root, name):
+            out.append([label, f"{v['updates']:,}", f"{t['seconds'] / 3600:.1f} h" if t else "–",
+                        f"{v['valid_nll_loss']:.3f}" if "valid_nll_loss" in v else "–",
+                        score_cell(ev, "s_bleu", "bootstrap", "s"), score_cell(ev, "d_bleu", "bootstrap", "d"),
+                        score_cell(ev, "s_chrf", "bootstrap_chrf", "s"),
+                        score_cell(ev, "d_chrf", "bootstrap_chrf", "d"),
+                        *(suite_cell(load(run / f"{s}.json")) for s, _ in SUITES), coverage_cell(cov)])
     return out
+
+
+def decodings(root: Path, name: str):
+    """``(scores, coverage, row label)`` of each decoding of run ``name``: its own, then the one
+    with the source's sentence count forced where the queue made it."""
+    run = root / name
+    yield load(run / "valid.json"), load(run / "valid.coverage.json"), NAMES.get(name, name)
+    if (run / "valid.count.json").exists():
+        yield load(run / "valid.count.json"), load(run / "valid.count.coverage.json"), \
+            f"{NAMES.get(name, name)}, {COUNTED}"
 
 
 HEADER = ["system", "updates", "training", "valid NLL (bits)", "s-BLEU (Δ, p)", "d-BLEU (Δ, p)", "s-chrF (Δ, p)",
@@ -176,22 +190,24 @@ def against(root: Path, name: str, base: str) -> tuple[dict | None, dict[str, di
 
 
 def tested(root: Path):
-    """``(run, row label, scores, suites)`` of every scored document system against the control,
-    and, for a system with a second baseline (ALSO), against that baseline."""
+    """``(run, row label, scores, suites, coverage)`` of every scored document system against the
+    control (and its decoding with the source's sentence count, if made), and, for a system with a
+    second baseline (ALSO), against that baseline."""
     for name in [r for r in ORDER if r != "control" and (root / r / "valid.json").exists()]:
-        yield name, NAMES.get(name, name), load(root / name / "valid.json"), \
-            {s: load(root / name / f"{s}.json") for s, _ in SUITES}
+        suites = {s: load(root / name / f"{s}.json") for s, _ in SUITES}
+        for ev, cov, label in decodings(root, name):
+            yield name, label, ev, suites, cov
         base = ALSO.get(name)
         if base and (root / name / f"valid.vs_{base}.json").exists():
             label = "stage 1" if base == "stage1" else "the " + NAMES[base]
-            yield name, f"{NAMES[name]}, against {label} instead", *against(root, name, base)
+            yield name, f"{NAMES[name]}, against {label} instead", *against(root, name, base), \
+                load(root / name / "valid.coverage.json")
 
 
 def verdict_rows(root: Path) -> list[list[str]]:
     out = []
     cell = lambda tests: "; ".join(f"{label} ({d:+.2f}, p={p:.3f})" for label, d, p in tests)  # noqa: E731
-    for name, label_row, ev, suites in tested(root):
-        cov = load(root / name / "valid.coverage.json")
+    for _, label_row, ev, suites, cov in tested(root):
         recovered = bool(cov) and cov["documents_fully_recovered"] == cov["documents"] and cov["empty_sentences"] == 0
         yes, no = better(ev, suites)
         won = {label for label, _, _ in yes}
@@ -229,7 +245,7 @@ def deltas(root: Path) -> list[tuple[str, tuple | None, list[tuple]]]:
     95% bootstrap interval, ``(Δ, low, high, p)`` or None, and ``(suite index, Δ points, p)`` per
     scored suite."""
     out = []
-    for _, label, ev, suites in tested(root):
+    for _, label, ev, suites, _ in tested(root):
         t = ((ev or {}).get("bootstrap") or {}).get("d")
         # evaluate --hyp SYSTEM --compare BASELINE: delta and interval are baseline - system
         bleu = (-t["delta"], -t["ci95_b_minus_a"][1], -t["ci95_b_minus_a"][0], t["p_value"]) \

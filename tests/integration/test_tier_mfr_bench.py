@@ -46,8 +46,13 @@ def stage1(tmp_path: Path, value: float = 0.5) -> Path:
 def test_a_kept_scored_run_comes_back_with_what_later_runs_are_tested_against(tmp_path):
     run, kept, lost = scored_run(tmp_path / "run"), tmp_path / "kept", tmp_path / "lost"
     s1 = stage1(tmp_path)
+    (run / "valid.count.fr").write_text("une phrase\n\n")            # decoded with the sentence count forced
+    for n in ("valid.count.json", "valid.count.coverage.json"):
+        (run / n).write_text("{}")
     assert keep("--weights", "--started-from", s1, run, kept).returncode == 0
     assert gzip.open(kept / "valid.fr.gz", "rt").read() == "une phrase\nune autre\n"
+    assert gzip.open(kept / "valid.count.fr.gz", "rt").read() == "une phrase\n\n"
+    assert (kept / "valid.count.json").exists() and (kept / "valid.count.coverage.json").exists()
     assert load_file(str(kept / "model.safetensors"))["w"].dtype == torch.float16
     assert load_file(str(kept / "model.safetensors"))["step"].dtype == torch.int64
     assert '"seconds": 100.0' in (kept / "training_time.json").read_text()
@@ -112,6 +117,21 @@ def test_the_target_verdict_needs_d_bleu_and_a_suite_better_with_every_sentence_
     assert rows[tbl.NAMES["gt"]][1] == "d-BLEU (+0.50, p=0.010); SCAT valid (+5.00, p=0.020)"
     assert "SCAT valid (-5.00, p=0.020)" in rows[tbl.NAMES["doc2doc"]][2]
     assert rows[tbl.NAMES["context"]][3] == "no"
+    # decoded again with the source's sentence count forced: a row of its own, with its own scores and
+    # coverage and the run's suites (the same model)
+    pt = tmp_path / "pt"
+    significant = (pt / "valid.json").read_text().replace('"p_value": 0.2}}', '"p_value": 0.01}}')
+    (pt / "valid.count.json").write_text(significant)
+    (pt / "valid.count.coverage.json").write_text(json.dumps({"documents": 6, "documents_fully_recovered": 6,
+                                                              "empty_sentences": 0}))
+    (pt / "valid.coverage.json").write_text(json.dumps({"documents": 6, "documents_fully_recovered": 2,
+                                                        "empty_sentences": 40}))
+    rows = {r[0]: r for r in tbl.verdict_rows(tmp_path)}
+    counted = f"{tbl.NAMES['pt']}, {tbl.COUNTED}"
+    assert rows[tbl.NAMES["pt"]][3:] == ["no", "no"] and rows[counted][3:] == ["yes", "yes"]
+    scores = {r[0]: r for r in tbl.rows(tmp_path)}
+    assert scores[counted][-1] == "6/6 (0 empty)" and scores[tbl.NAMES["pt"]][-1] == "2/6 (40 empty)"
+    assert scores[counted][-2] == scores[tbl.NAMES["pt"]][-2] == "60.0 (+5.0, p=0.020)"
 
 
 def test_a_scored_but_untrained_model_keeps_only_its_scores_and_comes_back_without_cxmi(tmp_path):
