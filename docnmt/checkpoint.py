@@ -176,6 +176,29 @@ def save_checkpoint(directory: Path, name: str, model: torch.nn.Module, state: d
     return final
 
 
+def work_dir_beside(dest: Path) -> Path:
+    """A new empty directory beside ``dest`` (``.NAME.new-*``) to build ``dest`` in, with the mode a
+    plain mkdir would give (mkdtemp's 0700 would hide it from the group)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.new-"))
+    os.chmod(work, 0o777 & ~current_umask())
+    return work
+
+
+def swap_into_place(work: Path, dest: Path) -> None:
+    """Rename the finished directory ``work`` to ``dest``: a non-empty ``dest`` is moved aside
+    (``.NAME.old-PID``) until the new one is in place, then removed; an empty one is replaced."""
+    if dest.exists() and any(dest.iterdir()):
+        aside = dest.parent / f".{dest.name}.old-{os.getpid()}"
+        os.replace(dest, aside)
+        os.replace(work, dest)
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    if dest.exists():
+        dest.rmdir()
+    os.replace(work, dest)
+
+
 def current_umask() -> int:
     """The process's umask (read by setting it and putting it back)."""
     umask = os.umask(0)

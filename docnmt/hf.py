@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .checkpoint import WEIGHTS, atomic_write, current_umask, save_weights
+from .checkpoint import WEIGHTS, atomic_write, current_umask, save_weights, swap_into_place, work_dir_beside
 from .config import Config
 from .errors import DocnmtError
 from .model import ModelConfig, Transformer
@@ -520,7 +519,7 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, weights: str | Path | 
         raise DocnmtError(f"{model_dir}: not a docnmt model directory (no config.yaml)")
     if out_dir.resolve() == model_dir.resolve():
         raise DocnmtError(f"{out_dir}: the export would overwrite the model; write it to another directory")
-    replace = _check_export_dir(out_dir, force)
+    _check_export_dir(out_dir, force)
     cfg = Config.load(model_dir / "config.yaml")
     vocab = Vocab.load(model_dir)
     native = not isinstance(vocab, PretrainedVocab)
@@ -571,7 +570,7 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, weights: str | Path | 
         decoder_start_token_id=start, eos_token_id=vocab.eos, pad_token_id=vocab.pad,
         forced_bos_token_id=m.tgt_lang_token if m.tgt_lang_token >= 0 else None, num_beams=cfg.decode.beam,
         length_penalty=cfg.decode.lenpen, max_length=m.max_positions, suppress_tokens=banned)
-    final, out_dir = out_dir, _export_work_dir(out_dir)      # written beside it, renamed into place when complete
+    final, out_dir = out_dir, work_dir_beside(out_dir)      # written beside it, renamed into place when complete
     try:
         hf.save_pretrained(str(out_dir))
         symbols = _export_tokenizer(T, vocab, model_dir, out_dir, record, rows)
@@ -584,7 +583,7 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, weights: str | Path | 
             "symbols": {s: vocab.symbol_ids[s] for s in vocab.extra if vocab.symbol_ids[s] < rows and s in symbols},
             "symbols_in_tokenizer": all(symbols.values())}
     (out_dir / "docnmt.json").write_text(json.dumps(info, indent=1))
-    _put_in_place(out_dir, final, replace)
+    _put_in_place(out_dir, final)
     log(f"wrote {FAMILIES[family]} ({rows} tokens) to {final}" + (
         "" if info["symbols_in_tokenizer"] else "; docnmt's symbols are not in its tokenizer (ids in docnmt.json)"))
     return info
@@ -593,43 +592,26 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, weights: str | Path | 
 EXPORT_RECORD = "docnmt.json"       # what marks a directory export-hf wrote (and --force may replace)
 
 
-def _check_export_dir(out_dir: Path, force: bool) -> bool:
-    """Whether ``out_dir`` is an earlier export that ``--force`` replaces; an error for a file, for
-    any non-empty directory without ``--force``, and for one export-hf did not write even with it."""
+def _check_export_dir(out_dir: Path, force: bool) -> None:
+    """An error for a file, for any non-empty directory without ``--force``, and for one export-hf
+    did not write even with it (``--force`` replaces only an earlier export)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise DocnmtError(f"{out_dir} is a file; export-hf writes a directory")
     if not out_dir.exists() or not any(out_dir.iterdir()):
-        return False
+        return
     if not force:
         raise DocnmtError(f"{out_dir} exists and is not empty; choose another directory or pass --force")
     if not (out_dir / EXPORT_RECORD).exists():
         raise DocnmtError(f"{out_dir} is not a directory export-hf wrote (no {EXPORT_RECORD}), and --force only "
                           "replaces those: remove it yourself or choose another directory")
-    return True
 
 
-def _export_work_dir(out_dir: Path) -> Path:
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.new-"))
-    os.chmod(work, 0o777 & ~current_umask())
-    return work
-
-
-def _put_in_place(work: Path, out_dir: Path, replace: bool) -> None:
-    """Move the finished export ``work`` to ``out_dir``: swapped for an earlier export, or into
-    an empty (or absent) directory."""
+def _put_in_place(work: Path, out_dir: Path) -> None:
+    """Move the finished export ``work`` to ``out_dir`` (an earlier export there, or an empty or
+    absent directory: checked by _check_export_dir), its files readable as plain writes' would be."""
     for f in work.iterdir():            # safetensors and tempfile write 0600
         os.chmod(f, 0o666 & ~current_umask())
-    if replace:
-        aside = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
-        os.replace(out_dir, aside)
-        os.replace(work, out_dir)
-        shutil.rmtree(aside, ignore_errors=True)
-    else:
-        if out_dir.exists():
-            out_dir.rmdir()          # empty: checked above
-        os.replace(work, out_dir)
-
+    swap_into_place(work, out_dir)
 
 
 def _tied(key: str) -> bool:

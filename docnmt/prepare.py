@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import current_umask
+from .checkpoint import swap_into_place, work_dir_beside
 from .data import Corpus, ModeConfig, build_instances
 from .document import Document
 from .errors import ConfigError, DataError, DocnmtError
@@ -110,12 +109,8 @@ def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[s
     origins: dict[str, list] = {name: [] for name in splits}
     docs = {name: read_split(prefs, src_lang, tgt_lang, fmt, origins[name])
             for name, prefs in splits.items() if prefs}
-    if beside:
-        destdir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=destdir.parent, prefix=f".{destdir.name}.new-")) if beside else destdir
+    work = work_dir_beside(destdir) if beside else destdir
     with _removed_on_failure(work, whole=beside):
-        if beside:
-            os.chmod(work, 0o777 & ~current_umask())      # mkdtemp's 0700 would hide the data from the group
         if spm_from:
             vocab = (Vocab.load(spm_from) if Path(spm_from).is_dir()
                      else Vocab(Path(spm_from).read_bytes(), default_symbols(), spm_from))
@@ -146,13 +141,8 @@ def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[s
                 f"{s['src_tokens']}/{s['tgt_tokens']} subword tokens; instances: " +
                 ", ".join(f"{k} {v}" for k, v in s["instances"].items()))
         (work / "prepare.json").write_text(json.dumps(stats, indent=1))
-        if replace:
-            aside = destdir.parent / f".{destdir.name}.old-{os.getpid()}"
-            os.replace(destdir, aside)
-            os.replace(work, destdir)
-            shutil.rmtree(aside, ignore_errors=True)
-        elif beside:
-            os.replace(work, destdir)
+        if beside:
+            swap_into_place(work, destdir)
     return stats
 
 
