@@ -226,7 +226,7 @@ def vocab_layout(tok, rows: int, tgt_lang: str | None) -> dict:
     special = _special_ids(tok, rows)
     ordinary = [i for i in range(rows) if i not in special]
     n_pieces = ordinary[-1] + 1
-    first = next(i for i in range(n_pieces, 0, -1) if i - 1 in special)    # the consecutive block before n_pieces
+    first = next((i for i in range(n_pieces, 0, -1) if i - 1 in special), 0)   # the block of pieces before n_pieces
     below = [tok.convert_ids_to_tokens(i) for i in ordinary if i < first]
     if any(not (t.startswith("<") and t.endswith(">")) for t in below):
         raise DocnmtError("the tokenizer's ordinary tokens do not have consecutive ids (special tokens among "
