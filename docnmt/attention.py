@@ -96,6 +96,14 @@ def _blocked(spec: AttnSpec, n_q: int, n_k: int, device) -> Tensor | None:
     return blocked
 
 
+def use_cudnn_attention(enabled: bool) -> None:
+    """Whether SDPA may choose cuDNN's fused attention on CUDA (process-wide; no effect on CPU).
+    cuDNN builds an execution plan for every new shape of its inputs, which costs tenths of a
+    second: token batches change shape at almost every update, so docnmt turns it off and SDPA
+    takes its flash or memory-efficient kernels (``train.cudnn_attention`` turns it back on)."""
+    torch.backends.cuda.enable_cudnn_sdp(enabled)
+
+
 def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float = 0.0) -> Tensor:
     """The same computation through ``torch.nn.functional.scaled_dot_product_attention``.
 

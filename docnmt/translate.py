@@ -19,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import methods
+from .attention import use_cudnn_attention
 from .checkpoint import WEIGHTS, load_weights
 from .config import DECODE_PRECISIONS, Config
 from .data import Corpus, InstanceSet, model_inputs
@@ -73,6 +74,7 @@ class Translator:
     def __init__(self, model: Transformer, vocab: Vocab, cfg: Config, device: str | torch.device = "cpu"):
         self.model, self.vocab, self.cfg = model.eval().to(device), vocab, cfg
         self.device = torch.device(device)
+        use_cudnn_attention(cfg.train.cudnn_attention)   # decoding batches change shape too
         self.joiner = methods.data_joiner(vocab, cfg.data)
         self.method = methods.get(cfg.method_name)
 

@@ -141,6 +141,26 @@ def test_device_random_state_helpers_use_the_cuda_generator_of_a_cuda_device(mon
     assert calls == [("get", gpu), ("set", "state", gpu)]
 
 
+def test_cudnn_attention_is_off_unless_the_config_asks_for_it(data, tmp_path):
+    """cuDNN's fused attention plans every new input shape anew (tenths of a second on a GPU), so a
+    trainer and a translator switch SDPA off it unless ``train.cudnn_attention`` is set (the switch
+    is process-wide and exists on CPU builds too, where it changes no kernel)."""
+    from docnmt.translate import load
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        Trainer(tiny_config(max_update=1), data, tmp_path / "m", progress_bar=False).train()
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        load(tmp_path / "m", device="cpu")
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        Trainer(tiny_config(max_update=1).override({"train.cudnn_attention": True}), data, tmp_path / "on",
+                progress_bar=False)
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
 @pytest.mark.slow
 def test_compiled_training_matches_eager_and_does_not_recompile_for_every_batch_shape(
         data, tmp_path, strict_recompiles):

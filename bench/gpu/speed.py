@@ -19,11 +19,12 @@ the dense-attention count, real tokens only; training = 3 × forward). The parts
 its sizes in the order of what its target compares: 512 to warm up, 2K, 16K, then the others).
 Every part writes its figures to ``OUTDIR/speed.json`` (atomically) as soon as it has them, the
 G-Transformer after every row; a part that fails is recorded and the next one runs, and a failure
-of the Hugging Face side keeps the docnmt figures. Then three docnmt-only diagnoses: the document
-training profiled (kernel time against wall-clock time, launches, longest kernels) and on one
-repeated batch; at 4× the tokens per batch (near 4× the tokens/s means the host sets the pace);
-and with ``--compile`` (last: its compiling takes long). Sizes shrink to a few seconds of CPU work
-with ``--dry-run``.
+of the Hugging Face side keeps the docnmt figures. Every part runs with cuDNN's attention off
+(docnmt's default, ``train.cudnn_attention``), Hugging Face's model too. Then docnmt-only
+diagnoses: the document training profiled (kernel time against wall-clock time, launches, longest
+kernels) and on one repeated batch, also with cuDNN's attention on; at 4× the tokens per batch
+(near 4× the tokens/s means the host sets the pace); and with ``--compile`` (last: its compiling
+takes long). Sizes shrink to a few seconds of CPU work with ``--dry-run``.
 """
 from __future__ import annotations
 
@@ -181,13 +182,14 @@ def hf_update(model, opt, batch: dict, pad: int, eps: float, clip: float) -> Non
 
 
 def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: int, dry: bool, peak: float,
-                diagnose: bool = False, compiled: bool = False, alone: bool = False) -> dict:
+                diagnose: bool = False, compiled: bool = False, alone: bool = False, cudnn: bool = False) -> dict:
     """``compiled``: docnmt's ``--compile`` (the warm-up updates, which compile, timed apart);
-    ``alone``: docnmt only, no Hugging Face model."""
+    ``alone``: docnmt only, no Hugging Face model; ``cudnn``: SDPA may use cuDNN's attention
+    (``train.cudnn_attention``; process-wide, so the Hugging Face model runs under the same choice)."""
     from docnmt.config import Config
     from docnmt.train import Trainer
     over = {"train.max_tokens": max_tokens, "train.precision": "bf16", "data.mode": kind, "train.warmup_updates": 100,
-            "train.compile": compiled}
+            "train.compile": compiled, "train.cudnn_attention": cudnn}
     if dry:
         over.update({"model.d_model": 64, "model.ffn_dim": 128, "model.heads": 4, "model.encoder_layers": 2,
                      "model.decoder_layers": 2})
@@ -196,16 +198,20 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
     out = {"kind": kind, "max_tokens": max_tokens, "updates": updates}
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, data, f"{tmp}/m", progress_bar=False)
+        out["cudnn_attention"] = torch.backends.cuda.cudnn_sdp_enabled()
         pad = trainer.vocab.pad
         batches = trainer.epoch_batches(1)
         rng = np.random.default_rng(0)
-        picks = rng.choice(len(batches), warmup + updates, replace=len(batches) < warmup + updates)
+        unseen = 3 if diagnose else 0       # batches kept for the profile: shapes no update has had yet
+        n = warmup + updates + unseen
+        picks = rng.choice(len(batches), n, replace=len(batches) < n)
         collated = [trainer.train_set.collate(batches[i]) for i in picks]
         on_dev = [{k: (v.to(DEV) if torch.is_tensor(v) else v) for k, v in b.items()} for b in collated]
-        flops = sum(3 * forward_flops(cfg.model, *lengths(b, pad), len(trainer.vocab)) for b in on_dev[warmup:])
-        tokens = sum(int(b["labels"].ne(pad).sum()) for b in on_dev[warmup:])
+        timed_batches = on_dev[warmup: warmup + updates]
+        flops = sum(3 * forward_flops(cfg.model, *lengths(b, pad), len(trainer.vocab)) for b in timed_batches)
+        tokens = sum(int(b["labels"].ne(pad).sum()) for b in timed_batches)
         out["target_tokens"] = tokens
-        out["padding"] = 1 - tokens / sum(b["labels"].numel() for b in on_dev[warmup:])
+        out["padding"] = 1 - tokens / sum(b["labels"].numel() for b in timed_batches)
 
         def timed(step) -> dict:
             reset_peak()
@@ -215,7 +221,7 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
             sync()
             warm_s = time.perf_counter() - t0         # with --compile: the compiling
             t0 = time.perf_counter()
-            for b in on_dev[warmup:]:
+            for b in timed_batches:
                 step(b)
             sync()
             s = time.perf_counter() - t0
@@ -224,7 +230,7 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
             if diagnose:
                 first = on_dev[warmup]
                 row["same_batch"] = same_batch(step, first, 3 if dry else 8, int(first["labels"].ne(pad).sum()))
-                row["profile"] = profile_steps(step, on_dev[warmup: warmup + 3], s / updates)
+                row["profile"] = profile_steps(step, on_dev[warmup + updates:], s / updates)
             return row
         out["docnmt"] = timed(lambda b: trainer.update([b]))
         out["docnmt"]["parameters"] = sum(p.numel() for p in trainer.model.parameters())
@@ -431,12 +437,17 @@ def main() -> int:
     # the G-Transformer first (its FlexAttention compiles take the most time), in the order of what
     # its target compares (16K against 2K tokens), within 45% of the budget; then the training and
     # decoding comparisons with Hugging Face
+    from docnmt.attention import use_cudnn_attention
+    use_cudnn_attention(False)        # docnmt's default (train.cudnn_attention), for every part below
     tok = 1000 if dry else 16384
     n_upd, warm = (3, 1) if dry else (15, 3)
     sizes = [128, 256] if dry else [512, 2048, 16384, 4096, 1024, 8192]
     gt_deadline = min(deadline, time.time() + 0.45 * a.budget)
     part("g_transformer_long", lambda: long_instances(sizes, 1 if dry else 3, dry, gt_deadline, rows_so_far))
     part("train_documents", lambda: train_speed(data, "doc2doc", tok, n_upd, warm, dry, peak, diagnose=True))
+    # the same with cuDNN's attention allowed (it plans every new shape anew; docnmt's default is off)
+    part("train_documents_cudnn", lambda: train_speed(data, "doc2doc", tok, n_upd, warm, dry, peak, diagnose=True,
+                                                      alone=True, cudnn=True))
     # the same at 4x the tokens per batch: near 4x the tokens/s if the host, not the chip, sets the pace
     part("train_documents_4x", lambda: train_speed(data, "doc2doc", 4 * tok, 5, 2, dry, peak, alone=True))
     part("decode_beam5", lambda: decode_speed(data, 16 if dry else 256, 8 if dry else 128, 8 if dry else 40, dry))
