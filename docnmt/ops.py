@@ -160,13 +160,26 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
         return gh, gw, None, None, None
 
 
+def loss_chunk_rows(device: torch.device, vocab: int) -> int:
+    """Rows of logits the fused loss computes at once. On CPU 512, whose logits stay in cache (the
+    output layer is memory-bound there). On a GPU as many as make about 256 MiB of fp32 logits
+    (7,881 rows for an 8.5K vocabulary): each chunk launches some 25 kernels, and an eager GPU
+    update waits on its launches (512-row chunks were a third of an update's kernels)."""
+    if device.type == "cpu":
+        return 512
+    return max(512, (1 << 26) // max(vocab, 1))
+
+
 @torch._disable_dynamo      # torch.compiler.disable, but torch._dynamo is imported at the first call, not here
 def projected_label_smoothed_ce(hidden: Tensor, weight: Tensor, target: Tensor, eps: float,
-                                chunk: int = 512) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed cross-entropy of ``hidden @ weight.T`` (see the class above). Never
-    compiled (``--compile``): a Python loop over chunks that computes gradients in its forward pass,
-    which torch.compile would trace chunk by chunk (and CPU Inductor fails to lower)."""
+                                chunk: int | None = None) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed cross-entropy of ``hidden @ weight.T`` (see the class above), ``chunk``
+    rows at a time (default :func:`loss_chunk_rows`). Never compiled (``--compile``): a Python loop
+    over chunks that computes gradients in its forward pass, which torch.compile would trace chunk
+    by chunk (and CPU Inductor fails to lower)."""
     if not torch.is_grad_enabled():   # validation: skip the gradient products
         hidden, weight = hidden.detach(), weight.detach()
+    if chunk is None:
+        chunk = loss_chunk_rows(hidden.device, weight.size(0))
     loss, nll = _ProjectedLabelSmoothedCE.apply(hidden, weight, target, eps, chunk)
     return loss, nll.detach()

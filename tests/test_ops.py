@@ -25,6 +25,22 @@ def test_fused_projection_loss_gradients(chunk):
     torch.testing.assert_close(w.grad, w2.grad)
 
 
+def test_fused_loss_chunks_are_small_on_cpu_and_large_on_a_gpu(monkeypatch):
+    """512 rows on CPU (cache-sized); on a GPU about 256 MiB of fp32 logits per chunk, so a
+    16K-token batch is two chunks, not 32 (each chunk is a couple of dozen kernel launches)."""
+    from docnmt import ops
+    assert ops.loss_chunk_rows(torch.device("cpu"), 8515) == 512
+    assert ops.loss_chunk_rows(torch.device("cuda", 0), 8515) == 7881
+    assert ops.loss_chunk_rows(torch.device("cuda", 0), 250_000) == 512       # huge vocabularies: no smaller
+    seen = []
+    monkeypatch.setattr(ops, "loss_chunk_rows", lambda device, vocab: seen.append((device.type, vocab)) or 4)
+    h, w, t = torch.randn(9, 8), torch.randn(11, 8), torch.randint(0, 11, (9,))
+    loss, _ = ops.projected_label_smoothed_ce(h, w, t, 0.1)
+    assert seen == [("cpu", 11)]
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(h @ w.t(), t, label_smoothing=0.1,
+                                                                       reduction="sum"))
+
+
 # ---- CPU speed paths: same numbers as the plain torch ops ------------------------------------------
 
 @pytest.mark.parametrize("shape,out", [((3, 401, 24), 300), ((300, 24), 4100), ((5, 7, 24), 16)])
