@@ -164,7 +164,7 @@ def loss_chunk_rows(device: torch.device, vocab: int) -> int:
     """Rows of logits the fused loss computes at once. On CPU 512, whose logits stay in cache (the
     output layer is memory-bound there). On a GPU as many as make about 256 MiB of fp32 logits
     (7,881 rows for an 8.5K vocabulary): each chunk launches some 25 kernels, and an eager GPU
-    update waits on its launches (512-row chunks were a third of an update's kernels)."""
+    update waits on its launches (512-row chunks were, by count, about a third of them)."""
     if device.type == "cpu":
         return 512
     return max(512, (1 << 26) // max(vocab, 1))
