@@ -28,14 +28,17 @@ def main() -> None:
     a = ap.parse_args()
     ref = sentences(a.ref)
     rows, bleu = {}, sacrebleu.BLEU()
-    for hyp_file in sorted(a.results.glob("*/valid.fr.gz")):
+    # each run's translation, and its decoding with the source's sentence count (as RUN.count)
+    files = sorted(a.results.glob("*/valid.fr.gz")) + sorted(a.results.glob("*/valid.count.fr.gz"))
+    for hyp_file in files:
         hyp = sentences(hyp_file)
         if len(hyp) != len(ref):
             continue
         b = bleu.corpus_score(hyp, [ref])
-        rows[hyp_file.parent.name] = {"bleu": b.score, "length_ratio": b.sys_len / b.ref_len,
+        name = hyp_file.parent.name + (".count" if ".count." in hyp_file.name else "")
+        rows[name] = {"bleu": b.score, "length_ratio": b.sys_len / b.ref_len,
                                       "brevity_penalty": b.bp, "precisions": b.precisions}
-        print(f"{hyp_file.parent.name:16s} BLEU {b.score:5.2f}  length ratio {b.sys_len / b.ref_len:.4f}  "
+        print(f"{name:16s} BLEU {b.score:5.2f}  length ratio {b.sys_len / b.ref_len:.4f}  "
               f"BP {b.bp:.4f}  precisions {' / '.join(f'{p:.1f}' for p in b.precisions)}")
     a.out.write_text(json.dumps({"signature": str(bleu.get_signature()), "systems": rows}, indent=1))
 

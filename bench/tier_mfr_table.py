@@ -266,7 +266,10 @@ def plot(root: Path, path: Path) -> None:
     rows_ = deltas(root)
     if not rows_:
         raise SystemExit(f"{root}: no scored document system to plot")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.5 * len(rows_) + 1.6), sharey=True)
+    import textwrap
+    labels = ["\n".join(textwrap.wrap(label, 44)) for label, _, _ in rows_]    # long names on two or three lines
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.62 * len(rows_) + 1.8), sharey=True,
+                                      gridspec_kw={"width_ratios": [3, 2]})
     ys = list(range(len(rows_)))[::-1]
     for y, (_, bleu, marks) in zip(ys, rows_):
         if bleu:
@@ -279,15 +282,15 @@ def plot(root: Path, path: Path) -> None:
     for k, (_, s_label) in enumerate(SUITES):
         right.plot([], [], "os^"[k], color=f"C{k + 1}", label=s_label)
     fig.legend(*right.get_legend_handles_labels(), fontsize=8, loc="lower right", ncol=3)
-    for ax, xlabel in ((left, "d-BLEU − baseline (95% bootstrap interval)"),
-                       (right, "suite accuracy − baseline (points)")):
+    for ax, xlabel in ((left, "d-BLEU − baseline\n(95% bootstrap interval)"),
+                       (right, "suite accuracy − baseline\n(points)")):
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_xlabel(xlabel, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
-    left.set_yticks(ys, [label for label, _, _ in rows_], fontsize=8)
+    left.set_yticks(ys, labels, fontsize=8)
     fig.suptitle("Tier M-fr: each system against the control (or the named baseline); "
                  "filled: p < 0.05", fontsize=9)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 

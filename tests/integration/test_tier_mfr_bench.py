@@ -201,3 +201,26 @@ def test_the_figure_shows_system_minus_baseline_with_the_bootstrap_interval(tmp_
     assert tbl.deltas(tmp_path) == [(tbl.NAMES["gt"], (0.5, 0.1, 0.9, 0.01), [(2, 5.0, 0.02)])]
     tbl.plot(tmp_path, tmp_path / "deltas.png")
     assert (tmp_path / "deltas.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_lengths_include_the_sentence_count_decoding_as_its_own_row(tmp_path):
+    """bench/tier_mfr_lengths.py: a run's translation and its --sentence-count decoding are two
+    rows (RUN, RUN.count), each against the references; a file of another length is skipped."""
+    ref = tmp_path / "ref.fr"
+    ref.write_text("<d>\nle chat dort\nil fait beau aujourd'hui\n")
+    results = tmp_path / "results"
+    for run, text, count_text in (("a", "le chat dort\nil fait beau\n", "le chat dort\nil fait beau aujourd'hui\n"),
+                                  ("b", "une ligne\n", None)):
+        (results / run).mkdir(parents=True)
+        with gzip.open(results / run / "valid.fr.gz", "wt") as f:
+            f.write("<d>\n" + text)
+        if count_text:
+            with gzip.open(results / run / "valid.count.fr.gz", "wt") as f:
+                f.write("<d>\n" + count_text)
+    out = tmp_path / "lengths.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench/tier_mfr_lengths.py"), str(results), str(ref), "--out",
+                        str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["systems"]
+    assert set(rows) == {"a", "a.count"}
+    assert rows["a.count"]["length_ratio"] == 1.0 and rows["a"]["length_ratio"] < 1.0
