@@ -100,7 +100,9 @@ def use_cudnn_attention(enabled: bool) -> None:
     """Whether SDPA may choose cuDNN's fused attention on CUDA (process-wide; no effect on CPU).
     cuDNN builds an execution plan for every new shape of its inputs, which costs tenths of a
     second: token batches change shape at almost every update, so docnmt turns it off and SDPA
-    takes its flash or memory-efficient kernels (``train.cudnn_attention`` turns it back on)."""
+    takes its flash or memory-efficient kernels (``train.cudnn_attention`` turns it back on).
+    Process-wide: the last trainer or translator built decides for every model in the process,
+    and a graph already compiled (``--compile``) keeps the choice it was compiled with."""
     torch.backends.cuda.enable_cudnn_sdp(enabled)
 
 

@@ -64,7 +64,8 @@ class TrainConfig:
     compile: bool = False        # torch.compile the training forward pass (dynamic shapes: new batch shapes do not
                                  # compile again); meant for GPUs, where an eager step launches many small kernels
     cudnn_attention: bool = False  # let SDPA use cuDNN's fused attention on CUDA: it plans every new batch shape
-                                   # anew (tenths of a second each), so with varied token batches it is off
+                                   # anew (tenths of a second each), so with varied token batches it is off;
+                                   # process-wide: the last trainer or translator built sets it
 
 
 @dataclass

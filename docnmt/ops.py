@@ -138,7 +138,7 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_grad else None
         for s in range(0, hidden.size(0), chunk):
             h, t = hidden[s: s + chunk], target[s: s + chunk]
-            lprobs = torch.log_softmax(linear(h, weight).float(), dim=-1)
+            lprobs = torch.log_softmax(linear(h, weight), dim=-1, dtype=torch.float32)
             nll_c = -lprobs.gather(1, t[:, None]).squeeze(1)
             loss += ((1.0 - eps) * nll_c - eps * lprobs.mean(-1)).sum()
             nll += nll_c.sum()
@@ -148,6 +148,7 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
                 g = g.to(h.dtype) if h.dtype == weight.dtype else g
                 grad_h[s: s + chunk] = g @ weight.to(g.dtype)
                 grad_w += (g.t() @ h.to(g.dtype)).float()
+            lprobs = g = None       # freed before the next chunk's logits exist (one chunk at a time)
         ctx.save_for_backward(grad_h, grad_w)
         ctx.w_dtype = weight.dtype
         return loss, nll
@@ -160,14 +161,18 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
         return gh, gw, None, None, None
 
 
-def loss_chunk_rows(device: torch.device, vocab: int) -> int:
+def loss_chunk_rows(device: torch.device, vocab: int, rows: int = 0) -> int:
     """Rows of logits the fused loss computes at once. On CPU 512, whose logits stay in cache (the
-    output layer is memory-bound there). On a GPU as many as make about 256 MiB of fp32 logits
-    (7,881 rows for an 8.5K vocabulary): each chunk launches some 25 kernels, and an eager GPU
-    update waits on its launches (512-row chunks were, by count, about a third of them)."""
+    output layer is memory-bound there). On a GPU at most as many as make about 256 MiB of fp32
+    logits (7,881 rows for an 8.5K vocabulary; a batch is then cut into equal chunks, e.g. 3 for
+    16K target tokens, and the loss holds one chunk's logits at a time, about 3 × that size at
+    its peak): each chunk launches some 25 kernels, and an eager GPU update waits on its launches
+    (512-row chunks were, by count, about a third of them)."""
     if device.type == "cpu":
         return 512
-    return max(512, (1 << 26) // max(vocab, 1))
+    most = max(512, (1 << 26) // max(vocab, 1))
+    pieces = max(1, -(-rows // most))          # ``rows`` (the batch's) cut into equal chunks, none larger
+    return most if rows <= most else -(-rows // pieces)
 
 
 @torch._disable_dynamo      # torch.compiler.disable, but torch._dynamo is imported at the first call, not here
@@ -180,6 +185,6 @@ def projected_label_smoothed_ce(hidden: Tensor, weight: Tensor, target: Tensor, 
     if not torch.is_grad_enabled():   # validation: skip the gradient products
         hidden, weight = hidden.detach(), weight.detach()
     if chunk is None:
-        chunk = loss_chunk_rows(hidden.device, weight.size(0))
+        chunk = loss_chunk_rows(hidden.device, weight.size(0), hidden.size(0))
     loss, nll = _ProjectedLabelSmoothedCE.apply(hidden, weight, target, eps, chunk)
     return loss, nll.detach()

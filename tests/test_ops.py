@@ -8,7 +8,7 @@ from docnmt import ops as ops_module
 from docnmt.ops import Dropout, linear
 
 
-@pytest.mark.parametrize("chunk", [3, 1024])
+@pytest.mark.parametrize("chunk", [3, 5, 1024])     # 5: a partial last chunk
 def test_fused_projection_loss_gradients(chunk):
     from docnmt.ops import projected_label_smoothed_ce
     torch.manual_seed(0)
@@ -26,17 +26,20 @@ def test_fused_projection_loss_gradients(chunk):
 
 
 def test_fused_loss_chunks_are_small_on_cpu_and_large_on_a_gpu(monkeypatch):
-    """512 rows on CPU (cache-sized); on a GPU about 256 MiB of fp32 logits per chunk, so a
-    16K-token batch is two chunks, not 32 (each chunk is a couple of dozen kernel launches)."""
+    """512 rows on CPU (cache-sized); on a GPU at most about 256 MiB of fp32 logits per chunk, so
+    a 16K-token batch is three chunks, not 32 (each chunk is a couple of dozen kernel launches)."""
     from docnmt import ops
     assert ops.loss_chunk_rows(torch.device("cpu"), 8515) == 512
     assert ops.loss_chunk_rows(torch.device("cuda", 0), 8515) == 7881
     assert ops.loss_chunk_rows(torch.device("cuda", 0), 250_000) == 512       # huge vocabularies: no smaller
+    assert ops.loss_chunk_rows(torch.device("cuda", 0), 8515, 16098) == 5366   # three equal chunks
+    assert ops.loss_chunk_rows(torch.device("cuda", 0), 8515, 7000) == 7881
+    assert ops.loss_chunk_rows(torch.device("cpu"), 8515, 16098) == 512
     seen = []
-    monkeypatch.setattr(ops, "loss_chunk_rows", lambda device, vocab: seen.append((device.type, vocab)) or 4)
+    monkeypatch.setattr(ops, "loss_chunk_rows", lambda dev, vocab, rows: seen.append((dev.type, vocab, rows)) or 4)
     h, w, t = torch.randn(9, 8), torch.randn(11, 8), torch.randint(0, 11, (9,))
     loss, _ = ops.projected_label_smoothed_ce(h, w, t, 0.1)
-    assert seen == [("cpu", 11)]
+    assert seen == [("cpu", 11, 9)]
     torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(h @ w.t(), t, label_smoothing=0.1,
                                                                        reduction="sum"))
 

@@ -182,10 +182,13 @@ def hf_update(model, opt, batch: dict, pad: int, eps: float, clip: float) -> Non
 
 
 def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: int, dry: bool, peak: float,
-                diagnose: bool = False, compiled: bool = False, alone: bool = False, cudnn: bool = False) -> dict:
+                diagnose: bool = False, compiled: bool = False, alone: bool = False, cudnn: bool = False,
+                seed: int = 0) -> dict:
     """``compiled``: docnmt's ``--compile`` (the warm-up updates, which compile, timed apart);
     ``alone``: docnmt only, no Hugging Face model; ``cudnn``: SDPA may use cuDNN's attention
-    (``train.cudnn_attention``; process-wide, so the Hugging Face model runs under the same choice)."""
+    (``train.cudnn_attention``; process-wide, so the Hugging Face model runs under the same choice);
+    ``seed``: which batches are drawn (another seed for a second run in the same process, whose
+    per-shape caches the first one has filled)."""
     from docnmt.config import Config
     from docnmt.train import Trainer
     over = {"train.max_tokens": max_tokens, "train.precision": "bf16", "data.mode": kind, "train.warmup_updates": 100,
@@ -201,10 +204,13 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
         out["cudnn_attention"] = torch.backends.cuda.cudnn_sdp_enabled()
         pad = trainer.vocab.pad
         batches = trainer.epoch_batches(1)
-        rng = np.random.default_rng(0)
-        unseen = 3 if diagnose else 0       # batches kept for the profile: shapes no update has had yet
-        n = warmup + updates + unseen
-        picks = rng.choice(len(batches), n, replace=len(batches) < n)
+        rng = np.random.default_rng(seed)
+        n = warmup + updates
+        picks = rng.choice(len(batches), n, replace=len(batches) < n)   # the same draw as earlier runs
+        if diagnose:        # 3 more for the profile, among the batches not drawn above
+            rest = np.setdiff1d(np.arange(len(batches)), picks)
+            picks = np.concatenate([picks, np.random.default_rng(seed + 1).choice(rest, min(3, len(rest)),
+                                                                                  replace=False)])
         collated = [trainer.train_set.collate(batches[i]) for i in picks]
         on_dev = [{k: (v.to(DEV) if torch.is_tensor(v) else v) for k, v in b.items()} for b in collated]
         timed_batches = on_dev[warmup: warmup + updates]
@@ -231,6 +237,10 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
                 first = on_dev[warmup]
                 row["same_batch"] = same_batch(step, first, 3 if dry else 8, int(first["labels"].ne(pad).sum()))
                 row["profile"] = profile_steps(step, on_dev[warmup + updates:], s / updates)
+                shape = lambda b: (tuple(b["src"].shape), tuple(b["tgt_in"].shape))  # noqa: E731
+                seen = {shape(b) for b in on_dev[: warmup + updates]}
+                row["profile"]["batches_with_a_shape_seen_before"] = sum(shape(b) in seen
+                                                                         for b in on_dev[warmup + updates:])
             return row
         out["docnmt"] = timed(lambda b: trainer.update([b]))
         out["docnmt"]["parameters"] = sum(p.numel() for p in trainer.model.parameters())
@@ -446,8 +456,9 @@ def main() -> int:
     part("g_transformer_long", lambda: long_instances(sizes, 1 if dry else 3, dry, gt_deadline, rows_so_far))
     part("train_documents", lambda: train_speed(data, "doc2doc", tok, n_upd, warm, dry, peak, diagnose=True))
     # the same with cuDNN's attention allowed (it plans every new shape anew; docnmt's default is off)
+    # (other batches, drawn the same way: the run above has filled the caches for its own shapes)
     part("train_documents_cudnn", lambda: train_speed(data, "doc2doc", tok, n_upd, warm, dry, peak, diagnose=True,
-                                                      alone=True, cudnn=True))
+                                                      alone=True, cudnn=True, seed=2))
     # the same at 4x the tokens per batch: near 4x the tokens/s if the host, not the chip, sets the pace
     part("train_documents_4x", lambda: train_speed(data, "doc2doc", 4 * tok, 5, 2, dry, peak, alone=True))
     part("decode_beam5", lambda: decode_speed(data, 16 if dry else 256, 8 if dry else 128, 8 if dry else 40, dry))
