@@ -36,8 +36,8 @@ def main() -> None:
             continue
         b = bleu.corpus_score(hyp, [ref])
         name = hyp_file.parent.name + (".count" if ".count." in hyp_file.name else "")
-        rows[name] = {"bleu": b.score, "length_ratio": b.sys_len / b.ref_len,
-                                      "brevity_penalty": b.bp, "precisions": b.precisions}
+        rows[name] = {"bleu": b.score, "length_ratio": b.sys_len / b.ref_len, "brevity_penalty": b.bp,
+                      "precisions": b.precisions}
         print(f"{name:16s} BLEU {b.score:5.2f}  length ratio {b.sys_len / b.ref_len:.4f}  "
               f"BP {b.bp:.4f}  precisions {' / '.join(f'{p:.1f}' for p in b.precisions)}")
     a.out.write_text(json.dumps({"signature": str(bleu.get_signature()), "systems": rows}, indent=1))

@@ -171,8 +171,10 @@ def loss_chunk_rows(device: torch.device, vocab: int, rows: int = 0) -> int:
     if device.type == "cpu":
         return 512
     most = max(512, (1 << 26) // max(vocab, 1))
-    pieces = max(1, -(-rows // most))          # ``rows`` (the batch's) cut into equal chunks, none larger
-    return most if rows <= most else -(-rows // pieces)
+    if rows <= most:
+        return most
+    pieces = -(-rows // most)                  # the batch's ``rows`` cut into equal chunks, none larger
+    return -(-rows // pieces)
 
 
 @torch._disable_dynamo      # torch.compiler.disable, but torch._dynamo is imported at the first call, not here
