@@ -99,8 +99,9 @@ def _blocked(spec: AttnSpec, n_q: int, n_k: int, device) -> Tensor | None:
 def use_cudnn_attention(enabled: bool) -> None:
     """Whether SDPA may choose cuDNN's fused attention on CUDA (process-wide; no effect on CPU).
     cuDNN builds an execution plan for every new shape of its inputs, which costs tenths of a
-    second: token batches change shape at almost every update, so docnmt turns it off and SDPA
-    takes its flash or memory-efficient kernels (``train.cudnn_attention`` turns it back on).
+    second (on an H200, document training ran 11x slower with it on): token batches change shape
+    at almost every update, so docnmt turns it off and SDPA takes its flash or memory-efficient
+    kernels (``train.cudnn_attention`` turns it back on).
     Process-wide: the last trainer or translator built decides for every model in the process,
     and a graph already compiled (``--compile``) keeps the choice it was compiled with."""
     torch.backends.cuda.enable_cudnn_sdp(enabled)

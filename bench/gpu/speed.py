@@ -416,6 +416,8 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=120)
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--data", type=Path)
+    ap.add_argument("--parts", nargs="+", metavar="PART",
+                    help="run only these parts (e.g. train_documents train_documents_compiled); default all")
     a = ap.parse_args()
     dry = a.dry_run
     data = a.data or HERE / ("data-dry" if dry else "data") / "tierl"
@@ -427,6 +429,8 @@ def main() -> int:
     result: dict = {"device": torch.cuda.get_device_name() if CUDA else "cpu", "peak_tflops": peak, "ok": True}
 
     def part(name: str, fn) -> None:
+        if a.parts and name not in a.parts:
+            return
         if time.time() > deadline:
             result[name] = {"skipped": "out of time"}
             return

@@ -104,6 +104,19 @@ def test_speed_keeps_the_docnmt_figures_when_hugging_face_fails_and_writes_every
     assert seen == [1, 2, 3] and [r["model"] for r in rows] == ["flex", "dense", "vanilla"]
 
 
+def test_speed_parts_runs_only_the_named_parts(tmp_path):
+    """``speed.py --parts``: a short call measures one part (here decoding) and nothing else."""
+    subprocess.run([sys.executable, str(ROOT / "bench/gpu/prepare.py"), "--dry-run"], cwd=ROOT, check=True,
+                   capture_output=True)
+    proc = subprocess.run([sys.executable, str(ROOT / "bench/gpu/speed.py"), str(tmp_path), "--dry-run",
+                           "--budget", "120", "--parts", "decode_beam5"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((tmp_path / "speed.json").read_text())
+    assert r["decode_beam5"]["docnmt"]["generated_tokens_per_s"] > 0
+    assert not {"g_transformer_long", "train_documents", "train_sentences"} & set(r)
+
+
 def test_processes_a_stage_left_in_sessions_of_their_own_are_killed():
     """The correctness stage's timer kills pytest; torchrun's agent and worker run in sessions of
     their own and would go on training into the next stage: found by their environment, killed."""
