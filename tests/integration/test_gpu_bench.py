@@ -105,16 +105,22 @@ def test_speed_keeps_the_docnmt_figures_when_hugging_face_fails_and_writes_every
 
 
 def test_speed_parts_runs_only_the_named_parts(tmp_path):
-    """``speed.py --parts``: a short call measures one part (here decoding) and nothing else."""
+    """``speed.py --parts``: a short call measures one part (here decoding) and nothing else; a
+    misspelt part is refused instead of measuring nothing."""
     subprocess.run([sys.executable, str(ROOT / "bench/gpu/prepare.py"), "--dry-run"], cwd=ROOT, check=True,
                    capture_output=True)
-    proc = subprocess.run([sys.executable, str(ROOT / "bench/gpu/speed.py"), str(tmp_path), "--dry-run",
+    proc = subprocess.run([sys.executable, str(ROOT / "bench/gpu/speed.py"), str(tmp_path / "off"), "--dry-run",
                            "--budget", "120", "--parts", "decode_beam5"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads((tmp_path / "speed.json").read_text())
+    r = json.loads((tmp_path / "off" / "speed.json").read_text())
     assert r["decode_beam5"]["docnmt"]["generated_tokens_per_s"] > 0
-    assert not {"g_transformer_long", "train_documents", "train_sentences"} & set(r)
+    assert not {"g_transformer_long", "train_documents", "train_documents_cudnn", "train_documents_4x",
+                "train_sentences", "train_documents_compiled"} & set(r)
+    assert r["cudnn_attention"] is False
+    typo = subprocess.run([sys.executable, str(ROOT / "bench/gpu/speed.py"), str(tmp_path), "--dry-run",
+                           "--parts", "decode"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert typo.returncode != 0 and "invalid choice" in typo.stderr
 
 
 def test_processes_a_stage_left_in_sessions_of_their_own_are_killed():
