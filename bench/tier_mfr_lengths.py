@@ -1,5 +1,7 @@
 """Output length and n-gram precisions of every scored Tier M-fr system on the validation sittings:
-how much of a BLEU difference is brevity (sacreBLEU's brevity penalty) and how much precision.
+how much of a BLEU difference is brevity (sacreBLEU's brevity penalty) and how much precision; and
+how many sentences repeat themselves (a 4-gram of words three or more times in one sentence), the
+looping that document models fall into on long instances.
 
     python bench/tier_mfr_lengths.py bench/results/tier_mfr ../shared/data/enfr/valid/hansard.fr \
         --out bench/results/tier_mfr/lengths.json
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+from collections import Counter
 from pathlib import Path
 
 import sacrebleu
@@ -18,6 +21,13 @@ def sentences(path: Path) -> list[str]:
     """The lines of a <d>-marker file (plain or gzipped), without the document markers."""
     with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
         return [line.rstrip("\n") for line in f if line.strip() != "<d>"]
+
+
+def repeats(sentence: str, n: int = 4, times: int = 3) -> bool:
+    """Whether some n-gram of whitespace words occurs at least `times` times in the sentence."""
+    words = sentence.split()
+    grams = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    return bool(grams) and max(grams.values()) >= times
 
 
 def main() -> None:
@@ -37,9 +47,10 @@ def main() -> None:
         b = bleu.corpus_score(hyp, [ref])
         name = hyp_file.parent.name + (".count" if ".count." in hyp_file.name else "")
         rows[name] = {"bleu": b.score, "length_ratio": b.sys_len / b.ref_len, "brevity_penalty": b.bp,
-                      "precisions": b.precisions}
+                      "precisions": b.precisions, "repeating_sentences": sum(map(repeats, hyp))}
         print(f"{name:16s} BLEU {b.score:5.2f}  length ratio {b.sys_len / b.ref_len:.4f}  "
-              f"BP {b.bp:.4f}  precisions {' / '.join(f'{p:.1f}' for p in b.precisions)}")
+              f"BP {b.bp:.4f}  precisions {' / '.join(f'{p:.1f}' for p in b.precisions)}  "
+              f"repeating {rows[name]['repeating_sentences']}")
     a.out.write_text(json.dumps({"signature": str(bleu.get_signature()), "systems": rows}, indent=1))
 
 

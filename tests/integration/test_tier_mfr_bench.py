@@ -205,12 +205,14 @@ def test_the_figure_shows_system_minus_baseline_with_the_bootstrap_interval(tmp_
 
 def test_lengths_include_the_sentence_count_decoding_as_its_own_row(tmp_path):
     """bench/tier_mfr_lengths.py: a run's translation and its --sentence-count decoding are two
-    rows (RUN, RUN.count), each against the references; a file of another length is skipped."""
+    rows (RUN, RUN.count), each against the references; a file of another length is skipped; a
+    sentence that loops on a 4-gram is counted."""
     ref = tmp_path / "ref.fr"
     ref.write_text("<d>\nle chat dort\nil fait beau aujourd'hui\n")
     results = tmp_path / "results"
+    loop = "oui oui oui oui oui oui"   # the 4-gram "oui oui oui oui" three times
     for run, text, count_text in (("a", "le chat dort\nil fait beau\n", "le chat dort\nil fait beau aujourd'hui\n"),
-                                  ("b", "une ligne\n", None)):
+                                  ("b", "une ligne\n", None), ("c", f"le chat dort\n{loop}\n", None)):
         (results / run).mkdir(parents=True)
         with gzip.open(results / run / "valid.fr.gz", "wt") as f:
             f.write("<d>\n" + text)
@@ -222,5 +224,6 @@ def test_lengths_include_the_sentence_count_decoding_as_its_own_row(tmp_path):
                         str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["systems"]
-    assert set(rows) == {"a", "a.count"}
+    assert set(rows) == {"a", "a.count", "c"}
     assert rows["a.count"]["length_ratio"] == 1.0 and rows["a"]["length_ratio"] < 1.0
+    assert (rows["a"]["repeating_sentences"], rows["c"]["repeating_sentences"]) == (0, 1)
