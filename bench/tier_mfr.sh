@@ -12,7 +12,9 @@
 #            docs/methods/gtransformer.md#positions; the paper's document-wide positions cost 8 BLEU
 #            here), that one with the copied weights at the full lr (as the control trains them),
 #            and G-Transformer + DLS + LAA with sentence positions (the DLS curriculum continued at
-#            epoch 11: segments of every length up to 512 tokens).
+#            epoch 11: segments of every length up to 512 tokens). Then, for the two closest to the
+#            control, its recipe's last difference taken away: the context-encoder Transformer with
+#            its sentence weights trained too, and the full-lr G-Transformer without word dropout.
 #   Scores   beam 5, length penalty 1.0 on all six enfr/valid/hansard sittings: s-/d-BLEU and chrF with
 #            paired bootstrap against the control, coverage; Bawden anaphora and lexical choice and
 #            SCAT valid with exact McNemar tests against the control. DocFlat's pass 1 is the
@@ -25,7 +27,8 @@
 #            1's). Four systems are also tested against a second baseline, the one their claim is
 #            about (ALSO below): the context encoder against stage 1, the G-Transformer with
 #            sentence positions against the paper's G-Transformer, its full-lr variant and
-#            G-Transformer + DLS + LAA against the G-Transformer with sentence positions.
+#            G-Transformer + DLS + LAA against the G-Transformer with sentence positions, and each
+#            run that takes a recipe difference away against the run that has it.
 # Each stage-2 system is scored as soon as it is trained (the control first). Everything resumes:
 # run it again after any interruption (runs/ holds checkpoints every 200 updates); finished steps
 # are skipped. Each run's config, metrics, learning curve, scores, coverage, validation translation
@@ -85,8 +88,13 @@ declare -A ARCH=(
   # since at init they start no better (bench/results/tier_mfr/{doc2doc,docflat_d}_positions_at_init.json)
   [docflat_d_sentpos]="--arch docflat_d_small --sentence-positions"
   [doc2doc_sentpos]="--arch doc2doc_small --sentence-positions"
+  # the last recipe difference to the control taken away (on the two runs closest to it): the
+  # context encoder's sentence weights trained too (its paper freezes them, the control trains
+  # them), and the full-lr G-Transformer without the paper's word dropout (the control has none)
+  [context_full]="--arch context_transformer_small --set train.freeze_pretrained=false"
+  [gt_sentpos_lr1_nowd]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0"
 )
-RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa docflat_d_sentpos doc2doc_sentpos"}     # stage1: scored only
+RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa context_full gt_sentpos_lr1_nowd docflat_d_sentpos doc2doc_sentpos"}     # stage1: scored only
 # one output limit for every system: 1.2 x source + 10 word pieces per sentence (the sentence presets'
 # default; Doc2Doc's and P-Transformer's presets carry the P-Transformer paper's 1.1 and 7, which would give
 # them less room than the others: docs/methods/baselines.md#decoding-document-instances)
@@ -94,7 +102,8 @@ DECODE=(--beam 5 --lenpen 1.0 --lenpen-style fairseq --max-len-a 1.2 --max-len-b
 BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
 
 declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt_sentpos [gt_sentpos]=gt [gt_sentpos_lr1]=gt_sentpos
-                [docflat_d_sentpos]=docflat_d [doc2doc_sentpos]=doc2doc)    # second baselines: valid.vs_<baseline>.json
+                [docflat_d_sentpos]=docflat_d [doc2doc_sentpos]=doc2doc [context_full]=context
+                [gt_sentpos_lr1_nowd]=gt_sentpos_lr1)    # second baselines: valid.vs_<baseline>.json
 also() {   # the paired bootstrap of run $1 against its second baseline, into $2 (when both are translated)
   local base=${ALSO[$1]:-}
   [ -n "$base" ] && [ -f "$R/$base/valid.fr" ] && [ -f "$R/$1/valid.fr" ] || return 0

@@ -34,10 +34,8 @@ SCORES = tuple(f"{s}.json" for s in SUITES) + ("valid.json", "valid.coverage.jso
 # a separator-format run decoded again with the source's sentence count forced (kept, not needed to restore)
 COUNT = ("valid.count.json", "valid.count.coverage.json")
 COMPARED = tuple(f"{s}.scores.jsonl" for s in SUITES)   # what the next runs are tested against
-# tests against a second baseline (tier_mfr.sh ALSO)
-EXTRA = ("valid.vs_stage1.json", "valid.vs_gt.json", "valid.vs_gt_sentpos.json", "valid.vs_docflat_d.json",
-         "valid.vs_doc2doc.json")
-FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png") + SCORES + COUNT + COMPARED + EXTRA
+AGAINST = "valid.vs_*.json"   # tests against a second baseline (tier_mfr.sh ALSO), one file per baseline
+FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png") + SCORES + COUNT + COMPARED
 
 
 def training_time(log: Path, max_gap: float = 1800.0) -> dict:
@@ -85,7 +83,8 @@ def keep(run: Path, dest: Path, weights: bool, fp32: bool = False, started_from:
     dest.mkdir(parents=True, exist_ok=True)
     if started_from:
         (dest / "started_from.sha256").write_text(sha256(started_from) + "\n")
-    for name in (SCORES + COUNT + COMPARED + EXTRA) if scores_only else FILES:
+    against = tuple(p.name for p in sorted(run.glob(AGAINST)))
+    for name in ((SCORES + COUNT + COMPARED) if scores_only else FILES) + against:
         if (run / name).exists():
             shutil.copy2(run / name, dest / name)
     for translation in ("valid.fr", "valid.count.fr"):     # the second: decoded with the sentence count forced

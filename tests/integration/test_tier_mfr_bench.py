@@ -47,9 +47,10 @@ def test_a_kept_scored_run_comes_back_with_what_later_runs_are_tested_against(tm
     run, kept, lost = scored_run(tmp_path / "run"), tmp_path / "kept", tmp_path / "lost"
     s1 = stage1(tmp_path)
     (run / "valid.count.fr").write_text("une phrase\n\n")            # decoded with the sentence count forced
-    for n in ("valid.count.json", "valid.count.coverage.json"):
+    for n in ("valid.count.json", "valid.count.coverage.json", "valid.vs_context.json"):
         (run / n).write_text("{}")
     assert keep("--weights", "--started-from", s1, run, kept).returncode == 0
+    assert (kept / "valid.vs_context.json").exists()          # a test against any second baseline
     assert gzip.open(kept / "valid.fr.gz", "rt").read() == "une phrase\nune autre\n"
     assert gzip.open(kept / "valid.count.fr.gz", "rt").read() == "une phrase\n\n"
     assert (kept / "valid.count.json").exists() and (kept / "valid.count.coverage.json").exists()
@@ -86,13 +87,19 @@ def test_stage_one_weights_are_kept_as_trained(tmp_path):
     assert w.dtype == torch.float32 and w[0].item() == 1.0 + 2 ** -12    # fp16 would round it to 1.0
 
 
-def test_the_target_verdict_needs_d_bleu_and_a_suite_better_with_every_sentence_recovered(tmp_path):
-    """bench/tier_mfr_table.py's last table: better means a difference > 0 with p < 0.05 (evaluate's
-    bootstrap delta is control − system, a suite's is system − control)."""
+def table_module():
+    """bench/tier_mfr_table.py, imported from its file."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("tier_mfr_table", ROOT / "bench/tier_mfr_table.py")
     tbl = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tbl)
+    return tbl
+
+
+def test_the_target_verdict_needs_d_bleu_and_a_suite_better_with_every_sentence_recovered(tmp_path):
+    """bench/tier_mfr_table.py's last table: better means a difference > 0 with p < 0.05 (evaluate's
+    bootstrap delta is control − system, a suite's is system − control)."""
+    tbl = table_module()
 
     def system(name, d_bleu_delta, d_p, scat_delta, scat_p, empty=0):
         d = tmp_path / name
@@ -153,10 +160,7 @@ def test_second_baselines_get_their_own_verdict_rows(tmp_path):
     """The context encoder's sentence weights are stage 1's and DLS + LAA's claim is about
     G-Transformer: a second verdict row tests each against that baseline, with McNemar tests
     recomputed from both runs' kept per-example decisions."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("tier_mfr_table", ROOT / "bench/tier_mfr_table.py")
-    tbl = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tbl)
+    tbl = table_module()
     s1, ctx = tmp_path / "stage1", tmp_path / "context"
     s1.mkdir(), ctx.mkdir()
     rows = lambda right: "".join(json.dumps({"right": r}) + "\n" for r in right)  # noqa: E731
@@ -187,10 +191,7 @@ def test_second_baselines_get_their_own_verdict_rows(tmp_path):
 def test_the_figure_shows_system_minus_baseline_with_the_bootstrap_interval(tmp_path):
     """bench/tier_mfr_table.py --plot: evaluate's bootstrap is baseline − system, so the figure's
     difference and interval are negated and swapped; suites keep their place in the legend."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("tier_mfr_table", ROOT / "bench/tier_mfr_table.py")
-    tbl = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tbl)
+    tbl = table_module()
     gt = tmp_path / "gt"
     gt.mkdir()
     score = {"score": 40.0}
@@ -227,3 +228,13 @@ def test_lengths_include_the_sentence_count_decoding_as_its_own_row(tmp_path):
     assert set(rows) == {"a", "a.count", "c"}
     assert rows["a.count"]["length_ratio"] == 1.0 and rows["a"]["length_ratio"] < 1.0
     assert (rows["a"]["repeating_sentences"], rows["c"]["repeating_sentences"]) == (0, 1)
+
+
+def test_the_queue_and_the_table_test_each_run_against_the_same_second_baseline():
+    """bench/tier_mfr.sh's ALSO (what the queue bootstraps each run against) is the table's ALSO."""
+    import re
+    tbl = table_module()
+    text = (ROOT / "bench/tier_mfr.sh").read_text()
+    block = text[text.index("declare -A ALSO=("):]
+    block = block[:block.index(")\n")]
+    assert dict(re.findall(r"\[(\w+)\]=(\w+)", block)) == tbl.ALSO
