@@ -25,8 +25,8 @@ import argparse
 import json
 from pathlib import Path
 
-ORDER = ["control", "doc2doc", "doc2doc_sentpos", "gt", "gt_sentpos", "gt_sentpos_lr1", "gt_sentpos_lr1_nowd", "gt_dls_laa", "pt",
-         "docflat_d", "docflat_d_sentpos", "context", "context_full"]
+ORDER = ["control", "doc2doc", "doc2doc_sentpos", "gt", "gt_sentpos", "gt_sentpos_lr1", "gt_sentpos_lr1_nowd",
+         "gt_dls_laa", "pt", "docflat_d", "docflat_d_sentpos", "context", "context_full"]
 NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (control)", "doc2doc": "Doc2Doc",
          "gt": "G-Transformer (fine-tuned)", "gt_sentpos": "G-Transformer (fine-tuned, sentence positions)",
          "gt_sentpos_lr1": "G-Transformer (fine-tuned, sentence positions, full lr)",
