@@ -139,6 +139,17 @@ score() {   # translate and score one trained run (the control's first: the othe
   else python bench/tier_mfr_keep.py --started-from "$S1W" "$R/$name" "$KEEP/$name"; fi
 }
 
+keep_if_best() {   # the best other document model's weights (tier_mfr_table.py --best-other), kept as soon
+  # as it is scored, since runs/ may be lost before the queue ends; a model it displaces loses its weights
+  local name=$1 dir
+  [ "$(python bench/tier_mfr_table.py --best-other "$KEEP")" = "$name" ] || return 0
+  python bench/tier_mfr_keep.py --weights --started-from "$S1W" "$R/$name" "$KEEP/$name"
+  for dir in "$KEEP"/*/; do
+    dir=${dir%/}
+    case $(basename "$dir") in control|gt|stage1|"$name") ;; *) rm -f "$dir"/{model.safetensors,spm.model,vocab.json};; esac
+  done
+}
+
 # each run is scored as soon as it is trained, so results arrive one system at a time
 for name in $RUNS; do
   if [ "$name" = stage1 ]; then     # not trained here: scored (or its kept scores put back)
@@ -160,7 +171,7 @@ for name in $RUNS; do
   step docnmt train "$DATA" ${ARCH[$name]} --save-dir "$R/$name" "${FT[@]}"
   weights=(); case $name in control|gt) weights=(--weights);; esac    # kept at once: published weights
   python bench/tier_mfr_keep.py "${weights[@]}" --started-from "$S1W" "$R/$name" "$KEEP/$name"
-  if [ "${TRAIN_ONLY:-0}" != 1 ]; then score "$name"; fi    # (not `|| score`: set -e must hold inside)
+  if [ "${TRAIN_ONLY:-0}" != 1 ]; then score "$name"; keep_if_best "$name"; fi   # (not `||`: set -e must hold inside)
 done
 [ "${TRAIN_ONLY:-0}" = 1 ] && exit 0
 # scored before their second baseline was (ONLY=...) or restored without it: that test, kept at once
