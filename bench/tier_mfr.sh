@@ -12,8 +12,8 @@
 #            docs/methods/gtransformer.md#positions; the paper's document-wide positions cost 8 BLEU
 #            here), that one with the copied weights at the full lr (as the control trains them),
 #            and G-Transformer + DLS + LAA with sentence positions (the DLS curriculum continued at
-#            epoch 11: segments of every length up to 512 tokens). Then, for the two closest to the
-#            control, its recipe's last difference taken away: the context-encoder Transformer with
+#            epoch 11: segments of every length up to 512 tokens). Then, for two runs closest to the
+#            control in recipe, a recipe difference taken away: the context-encoder Transformer with
 #            its sentence weights trained too, and the full-lr G-Transformer without word dropout.
 #   Scores   beam 5, length penalty 1.0 on all six enfr/valid/hansard sittings: s-/d-BLEU and chrF with
 #            paired bootstrap against the control, coverage; Bawden anaphora and lexical choice and
@@ -88,7 +88,7 @@ declare -A ARCH=(
   # since at init they start no better (bench/results/tier_mfr/{doc2doc,docflat_d}_positions_at_init.json)
   [docflat_d_sentpos]="--arch docflat_d_small --sentence-positions"
   [doc2doc_sentpos]="--arch doc2doc_small --sentence-positions"
-  # the last recipe difference to the control taken away (on the two runs closest to it): the
+  # a recipe difference to the control taken away (on two runs closest to it in recipe): the
   # context encoder's sentence weights trained too (its paper freezes them, the control trains
   # them), and the full-lr G-Transformer without the paper's word dropout (the control has none)
   [context_full]="--arch context_transformer_small --set train.freeze_pretrained=false"

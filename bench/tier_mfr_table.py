@@ -117,7 +117,6 @@ HEADER = ["system", "updates", "training", "valid NLL (bits)", "s-BLEU (Δ, p)",
 
 
 CONTEXT_HEADER = ["system", "CXMI (bits/word piece)", "sentences more likely with context",
-                  "CXMI at sentence 1 / 2 / 3 / 4+",
                   "attention on other sentences: cross / decoder self / encoder self",
                   "attention entropy (bits): cross / decoder self / encoder self"]
 KINDS = ("cross", "dec_self", "enc_self")
@@ -144,11 +143,9 @@ def context_rows(root: Path) -> list[list[str]]:
         v = last_valid(root / name)
         entropy = cx.get("entropy_bits") or {k[len("valid_entropy_"):]: x for k, x in v.items()
                                               if k.startswith("valid_entropy_")}
-        pos = cx.get("cxmi_by_position", {})
         out.append([NAMES.get(name, name),
                     f"{cx['cxmi_bits_per_token']:+.4f}" if cx else "–",
                     f"{100 * cx['sentences_more_likely_with_context']:.1f}%" if cx else "–",
-                    " / ".join(f"{pos[k]:+.3f}" if k in pos else "–" for k in ("1", "2", "3", "4+")) if cx else "–",
                     kind_cell(cx.get("context_share", {}), lambda x: f"{100 * x:.1f}%", "context gates") if cx else "–",
                     kind_cell(entropy, lambda x: f"{x:.2f}", "context attention")])
     return out
