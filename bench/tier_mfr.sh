@@ -14,7 +14,8 @@
 #            and G-Transformer + DLS + LAA with sentence positions (the DLS curriculum continued at
 #            epoch 11: segments of every length up to 512 tokens). Then, for two runs closest to the
 #            control in recipe, a recipe difference taken away: the context-encoder Transformer with
-#            its sentence weights trained too, and the full-lr G-Transformer without word dropout.
+#            its sentence weights trained too (and again with the control's target tokens per
+#            update), and the full-lr G-Transformer without word dropout.
 #   Scores   beam 5, length penalty 1.0 on all six enfr/valid/hansard sittings: s-/d-BLEU and chrF with
 #            paired bootstrap against the control, coverage; Bawden anaphora and lexical choice and
 #            SCAT valid with exact McNemar tests against the control. DocFlat's pass 1 is the
@@ -92,9 +93,12 @@ declare -A ARCH=(
   # context encoder's sentence weights trained too (its paper freezes them, the control trains
   # them), and the full-lr G-Transformer without the paper's word dropout (the control has none)
   [context_full]="--arch context_transformer_small --set train.freeze_pretrained=false"
+  # its context input counts against --max-tokens, so at 4096 an update holds 57% of the control's
+  # target tokens (bench/results/tier_mfr/batches.json); at 7168 it holds as many (4,034 against 4,013)
+  [context_full_tok]="--arch context_transformer_small --set train.freeze_pretrained=false --max-tokens 7168"
   [gt_sentpos_lr1_nowd]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0"
 )
-RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa context_full gt_sentpos_lr1_nowd docflat_d_sentpos doc2doc_sentpos"}     # stage1: scored only
+RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa context_full context_full_tok gt_sentpos_lr1_nowd docflat_d_sentpos doc2doc_sentpos"}     # stage1: scored only
 # one output limit for every system: 1.2 x source + 10 word pieces per sentence (the sentence presets'
 # default; Doc2Doc's and P-Transformer's presets carry the P-Transformer paper's 1.1 and 7, which would give
 # them less room than the others: docs/methods/baselines.md#decoding-document-instances)
@@ -103,7 +107,7 @@ BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
 
 declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt_sentpos [gt_sentpos]=gt [gt_sentpos_lr1]=gt_sentpos
                 [docflat_d_sentpos]=docflat_d [doc2doc_sentpos]=doc2doc [context_full]=context
-                [gt_sentpos_lr1_nowd]=gt_sentpos_lr1)    # second baselines: valid.vs_<baseline>.json
+                [context_full_tok]=context_full [gt_sentpos_lr1_nowd]=gt_sentpos_lr1)    # second baselines: valid.vs_<baseline>.json
 also() {   # the paired bootstrap of run $1 against its second baseline, into $2 (when both are translated)
   local base=${ALSO[$1]:-}
   [ -n "$base" ] && [ -f "$R/$base/valid.fr" ] && [ -f "$R/$1/valid.fr" ] || return 0

@@ -26,7 +26,8 @@ import json
 from pathlib import Path
 
 ORDER = ["control", "doc2doc", "doc2doc_sentpos", "gt", "gt_sentpos", "gt_sentpos_lr1", "gt_sentpos_lr1_nowd",
-         "gt_dls_laa", "pt", "docflat_d", "docflat_d_sentpos", "context", "context_full"]
+         "gt_dls_laa", "pt", "docflat_d", "docflat_d_sentpos", "context", "context_full",
+         "context_full_tok"]
 NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (control)", "doc2doc": "Doc2Doc",
          "gt": "G-Transformer (fine-tuned)", "gt_sentpos": "G-Transformer (fine-tuned, sentence positions)",
          "gt_sentpos_lr1": "G-Transformer (fine-tuned, sentence positions, full lr)",
@@ -35,11 +36,13 @@ NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (contro
          "doc2doc_sentpos": "Doc2Doc (sentence positions)",
          "docflat_d_sentpos": "DocFlat_D (two-pass, sentence positions)",
          "context_full": "context-encoder Transformer (sentence weights trained too)",
+         "context_full_tok":
+         "context-encoder Transformer (sentence weights trained too, the control's tokens per update)",
          "gt_sentpos_lr1_nowd": "G-Transformer (fine-tuned, sentence positions, full lr, no word dropout)"}
 # second baselines (bench/tier_mfr.sh)
 ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos",
         "docflat_d_sentpos": "docflat_d", "doc2doc_sentpos": "doc2doc", "context_full": "context",
-        "gt_sentpos_lr1_nowd": "gt_sentpos_lr1"}
+        "context_full_tok": "context_full", "gt_sentpos_lr1_nowd": "gt_sentpos_lr1"}
 SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
           ("scat_yin2021_enfr", "SCAT valid"))
 # the separator formats decoded a second time with the source's sentence count forced (translate

@@ -238,3 +238,18 @@ def test_the_queue_and_the_table_test_each_run_against_the_same_second_baseline(
     block = text[text.index("declare -A ALSO=("):]
     block = block[:block.index(")\n")]
     assert dict(re.findall(r"\[(\w+)\]=(\w+)", block)) == tbl.ALSO
+
+
+def test_a_context_input_counted_against_max_tokens_leaves_fewer_target_tokens_per_batch(tiny_dir, tmp_path):
+    """bench/tier_mfr_batches.py: with docnmt's batching, a context model's batch at the same
+    --max-tokens holds fewer target tokens than a sentence model's, and a larger budget restores them."""
+    out = tmp_path / "batches.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench/tier_mfr_batches.py"), str(tiny_dir / "data"),
+                        "sent2sent_small", "context_transformer_small", "context_transformer_small:2048",
+                        "--max-tokens", "512", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())
+    sent, ctx, more = (rows[k]["target_tokens_per_batch"] for k in
+                       ("sent2sent_small", "context_transformer_small", "context_transformer_small:2048"))
+    assert ctx < 0.9 * sent and more > sent
+    assert rows["context_transformer_small:2048"]["max_tokens"] == 2048
