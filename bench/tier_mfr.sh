@@ -98,7 +98,7 @@ declare -A ARCH=(
   [context_full_tok]="--arch context_transformer_small --set train.freeze_pretrained=false --max-tokens 7168"
   [gt_sentpos_lr1_nowd]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0"
 )
-RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa context_full context_full_tok gt_sentpos_lr1_nowd docflat_d_sentpos doc2doc_sentpos"}     # stage1: scored only
+RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa context_full gt_sentpos_lr1_nowd context_full_tok docflat_d_sentpos doc2doc_sentpos"}     # stage1: scored only
 # one output limit for every system: 1.2 x source + 10 word pieces per sentence (the sentence presets'
 # default; Doc2Doc's and P-Transformer's presets carry the P-Transformer paper's 1.1 and 7, which would give
 # them less room than the others: docs/methods/baselines.md#decoding-document-instances)
