@@ -253,3 +253,41 @@ def test_a_context_input_counted_against_max_tokens_leaves_fewer_target_tokens_p
                        ("sent2sent_small", "context_transformer_small", "context_transformer_small:2048"))
     assert ctx < 0.9 * sent and more > sent
     assert rows["context_transformer_small:2048"]["max_tokens"] == 2048
+
+
+def search_module():
+    """bench/tier_mfr_search.py, imported from its file."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tier_mfr_search", ROOT / "bench/tier_mfr_search.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rerank_takes_each_instance_from_the_translation_its_model_scores_higher(monkeypatch):
+    """bench/tier_mfr_search.py: per decoding instance, the translation with the higher
+    length-normalised score (the beam's objective), all of that instance's sentences together."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from docnmt.document import Document
+    mod = search_module()
+    src = [Document("a", ["s1", "s2", "s3"]), Document("b", ["s4", "s5"])]
+    rows = np.array([[0, 2, 0], [2, 3, 2], [3, 5, 3]])        # instances: s1-s2, s3, s4-s5
+    systems = {"hyp": [["h1", "h2", "h3"], ["h4", "h5"]], "other": [["o1", "o2", "o3"], ["o4", "o5"]],
+               "ref": [["r1", "r2", "r3"], ["r4", "r5"]]}
+    # (Σ log p, tokens) per instance: other wins the first; its second has the lower sum but the
+    # higher score per token (-0.9 against -1.0); the reference beats hyp on the third only
+    sums = {"h": ([-10.0, -10.0, -10.0], [10, 10, 10]), "o": ([-8.0, -18.0, -30.0], [10, 20, 10]),
+            "r": ([-50.0, -50.0, -5.0], [10, 10, 10])}
+    monkeypatch.setattr(mod, "decode_rows", lambda tr, docs: rows)
+    monkeypatch.setattr(mod, "instance_scores", lambda tr, docs, r: tuple(map(np.array, sums[docs[0].tgt[0][0]])))
+    scored = {}
+    monkeypatch.setattr(mod, "evaluate_documents", lambda hyp, ref, **kw: scored.setdefault(
+        len(scored), hyp) and {"s_bleu": {"score": 0.0}, "d_bleu": {"score": 0.0}})
+    tr = SimpleNamespace(cfg=SimpleNamespace(decode=SimpleNamespace(lenpen=1.0, lenpen_style="fairseq")))
+    report = mod.search_report(tr, src, systems)
+    assert scored[2] == [["o1", "o2", "o3"], ["h4", "h5"]]       # rerank
+    assert report["other_scored_higher"] == 2 / 3 and report["ref_scored_higher"] == 1 / 3
+    assert report["mean_score"]["other"] == (-0.8 - 0.9 - 3.0) / 3
