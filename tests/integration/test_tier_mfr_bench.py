@@ -87,19 +87,19 @@ def test_stage_one_weights_are_kept_as_trained(tmp_path):
     assert w.dtype == torch.float32 and w[0].item() == 1.0 + 2 ** -12    # fp16 would round it to 1.0
 
 
-def table_module():
-    """bench/tier_mfr_table.py, imported from its file."""
+def bench_module(name: str = "tier_mfr_table"):
+    """bench/NAME.py, imported from its file."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("tier_mfr_table", ROOT / "bench/tier_mfr_table.py")
-    tbl = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tbl)
-    return tbl
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"bench/{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_the_target_verdict_needs_d_bleu_and_a_suite_better_with_every_sentence_recovered(tmp_path):
     """bench/tier_mfr_table.py's last table: better means a difference > 0 with p < 0.05 (evaluate's
     bootstrap delta is control − system, a suite's is system − control)."""
-    tbl = table_module()
+    tbl = bench_module()
 
     def system(name, d_bleu_delta, d_p, scat_delta, scat_p, empty=0):
         d = tmp_path / name
@@ -160,7 +160,7 @@ def test_second_baselines_get_their_own_verdict_rows(tmp_path):
     """The context encoder's sentence weights are stage 1's and DLS + LAA's claim is about
     G-Transformer: a second verdict row tests each against that baseline, with McNemar tests
     recomputed from both runs' kept per-example decisions."""
-    tbl = table_module()
+    tbl = bench_module()
     s1, ctx = tmp_path / "stage1", tmp_path / "context"
     s1.mkdir(), ctx.mkdir()
     rows = lambda right: "".join(json.dumps({"right": r}) + "\n" for r in right)  # noqa: E731
@@ -191,7 +191,7 @@ def test_second_baselines_get_their_own_verdict_rows(tmp_path):
 def test_the_figure_shows_system_minus_baseline_with_the_bootstrap_interval(tmp_path):
     """bench/tier_mfr_table.py --plot: evaluate's bootstrap is baseline − system, so the figure's
     difference and interval are negated and swapped; suites keep their place in the legend."""
-    tbl = table_module()
+    tbl = bench_module()
     gt = tmp_path / "gt"
     gt.mkdir()
     score = {"score": 40.0}
@@ -233,7 +233,7 @@ def test_lengths_include_the_sentence_count_decoding_as_its_own_row(tmp_path):
 def test_the_queue_and_the_table_test_each_run_against_the_same_second_baseline():
     """bench/tier_mfr.sh's ALSO (what the queue bootstraps each run against) is the table's ALSO."""
     import re
-    tbl = table_module()
+    tbl = bench_module()
     text = (ROOT / "bench/tier_mfr.sh").read_text()
     block = text[text.index("declare -A ALSO=("):]
     block = block[:block.index(")\n")]
@@ -255,14 +255,6 @@ def test_a_context_input_counted_against_max_tokens_leaves_fewer_target_tokens_p
     assert rows["context_transformer_small:2048"]["max_tokens"] == 2048
 
 
-def search_module():
-    """bench/tier_mfr_search.py, imported from its file."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("tier_mfr_search", ROOT / "bench/tier_mfr_search.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def test_rerank_takes_each_instance_from_the_translation_its_model_scores_higher(monkeypatch):
     """bench/tier_mfr_search.py: per decoding instance, the translation with the higher
@@ -272,7 +264,7 @@ def test_rerank_takes_each_instance_from_the_translation_its_model_scores_higher
     import numpy as np
 
     from docnmt.document import Document
-    mod = search_module()
+    mod = bench_module("tier_mfr_search")
     src = [Document("a", ["s1", "s2", "s3"]), Document("b", ["s4", "s5"])]
     rows = np.array([[0, 2, 0], [2, 3, 2], [3, 5, 3]])        # instances: s1-s2, s3, s4-s5
     systems = {"hyp": [["h1", "h2", "h3"], ["h4", "h5"]], "other": [["o1", "o2", "o3"], ["o4", "o5"]],
