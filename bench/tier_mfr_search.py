@@ -16,7 +16,7 @@ higher ("rerank"): if rerank beats the beam output, better search alone would ha
 
     python bench/tier_mfr_search.py RUN --src ../shared/data/enfr/valid/hansard.en \
         --ref ../shared/data/enfr/valid/hansard.fr --hyp RUN/valid.fr \
-        --other runs/tier_mfr/control/valid.fr --out RUN/valid.search.json
+        --other runs/tier_mfr/control/valid.fr --out RUN/valid.vs_control.search.json
 """
 from __future__ import annotations
 
@@ -114,11 +114,11 @@ def main() -> None:
     ap.add_argument("--ref", required=True)
     ap.add_argument("--hyp", required=True, help="the model's own translation (marker format)")
     ap.add_argument("--other", required=True, help="another system's translation of --src")
-    ap.add_argument("--out", help="default RUN/valid.search.json")
+    ap.add_argument("--out", help="default RUN/valid.vs_OTHER.search.json, OTHER the directory name of --other")
     ap.add_argument("--check", type=int, default=40, metavar="N",
                     help="compare with the beam's own scores on the first N sentences (0: no check)")
     args = ap.parse_args()
-    out = Path(args.out or Path(args.run) / "valid.search.json")
+    out = Path(args.out or Path(args.run) / f"valid.vs_{Path(args.other).parent.name}.search.json")
     start = time.time()
     translator = Translator.load(args.run, None, "cpu")
     src_docs = read_documents(args.src, args.ref)
