@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -66,12 +67,13 @@ def search_report(translator, src_docs: list[Document], systems: dict[str, list[
     ``ref``) under ``translator``'s model, and what they say (see the module docstring)."""
     rows = decode_rows(translator, src_docs)
     dec = translator.cfg.decode
-    scores, lengths = {}, {}
+    scores, lengths, bits = {}, {}, {}
     for name, sents in systems.items():
         docs = [Document(d.docid, d.src, s) for d, s in zip(src_docs, sents)]
         total, n = instance_scores(translator, docs, rows)
         scores[name] = total / length_penalty(n.astype(float), dec)
         lengths[name] = n
+        bits[name] = float(-total.sum() / n.sum() / math.log(2))
     own, other = scores["hyp"], scores["other"]
     pick_other = other > own
     offsets = np.cumsum([0] + [len(d.src) for d in src_docs])
@@ -89,6 +91,8 @@ def search_report(translator, src_docs: list[Document], systems: dict[str, list[
         "lenpen": dec.lenpen, "lenpen_style": dec.lenpen_style,
         "mean_score": {k: float(v.mean()) for k, v in scores.items()},
         "mean_labels": {k: float(v.mean()) for k, v in lengths.items()},
+        "labels": {k: int(v.sum()) for k, v in lengths.items()},
+        "bits_per_label": bits,     # the NLL of each translation as a whole, in the model's own format
         "other_scored_higher": float(pick_other.mean()),
         "ref_scored_higher": float((scores["ref"] > own).mean()),
         "bleu": {k: {"s": v["s_bleu"]["score"], "d": v["d_bleu"]["score"]} for k, v in bleu.items()},

@@ -259,6 +259,7 @@ def test_a_context_input_counted_against_max_tokens_leaves_fewer_target_tokens_p
 def test_rerank_takes_each_instance_from_the_translation_its_model_scores_higher(monkeypatch):
     """bench/tier_mfr_search.py: per decoding instance, the translation with the higher
     length-normalised score (the beam's objective), all of that instance's sentences together."""
+    import math
     from types import SimpleNamespace
 
     import numpy as np
@@ -283,3 +284,4 @@ def test_rerank_takes_each_instance_from_the_translation_its_model_scores_higher
     assert scored[2] == [["o1", "o2", "o3"], ["h4", "h5"]]       # rerank
     assert report["other_scored_higher"] == 2 / 3 and report["ref_scored_higher"] == 1 / 3
     assert report["mean_score"]["other"] == (-0.8 - 0.9 - 3.0) / 3
+    assert report["labels"]["other"] == 40 and abs(report["bits_per_label"]["other"] * 40 * math.log(2) - 56) < 1e-9
