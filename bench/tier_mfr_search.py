@@ -5,14 +5,21 @@ translation decodes (split on the source alone), the sum of the word-piece log-p
 divided by length ** lenpen (the model's decode settings).
 
 Where the model scores the other translation higher than its own output, beam search missed a
-hypothesis its own model prefers (a search error, at least that large). Where it scores its own
-higher although the other translation is better by BLEU, the model itself prefers the worse
+hypothesis its own model prefers (a search error, at least that large; flagged apart when the
+other translation is longer than the beam's output limit allows, so beam search could never
+have produced it). Where it scores its own higher although the other translation is better (by
+the instance's sentence-level chrF against the reference), the model itself prefers the worse
 output (a model error). The teacher-forced score is the beam's own: ``--check N`` translates the
 first N sentences again and reports the largest difference between the beam's score of each
 best hypothesis and this script's score of its text (5e-7 on the kept Tier M-fr control and
-G-Transformer). The figures: the share of instances of each kind, and the s-/d-BLEU of
-the output made by taking, per instance, whichever of the two translations the model scores
-higher ("rerank"): if rerank beats the beam output, better search alone would have helped.
+G-Transformer). The figures: the share of instances in each cell of (which translation the
+model scores higher) x (which one chrF prefers); the NLL of each translation as a whole, over
+all labels of the model's own format and over the word pieces alone (the same pieces in every
+format, so the only figure comparable between a G-Transformer and a sentence model); and the
+s-/d-BLEU of the output made by taking, per instance, whichever of the two translations the
+model scores higher ("rerank"), beside the mean of random picks of as many instances: rerank
+above random says the model's preference carries information about quality; rerank above the
+beam output says that a search finding what this model prefers would have translated better.
 
     python bench/tier_mfr_search.py RUN --src ../shared/data/enfr/valid/hansard.en \
         --ref ../shared/data/enfr/valid/hansard.fr --hyp RUN/valid.fr \
@@ -28,6 +35,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import torch
+from sacrebleu.metrics import CHRF
 
 from docnmt import methods
 from docnmt.data import Corpus
@@ -35,25 +44,35 @@ from docnmt.document import Document
 from docnmt.metrics import evaluate_documents
 from docnmt.readers import read_documents
 from docnmt.scoring import teacher_forced
-from docnmt.search import length_penalty
+from docnmt.search import length_penalty, output_limit
 from docnmt.translate import Translator
 
 
-def instance_scores(translator, docs: list[Document], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(Σ log p, labels) of every instance of ``rows``, teacher-forced on ``docs``' targets."""
+def instance_scores(translator, docs: list[Document], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Per instance of ``rows``, teacher-forced on ``docs``' targets: ``total`` (Σ log p over all
+    labels) and ``labels``, ``words`` (Σ log p over the word pieces only) and ``pieces``, and
+    ``limit``, the most tokens beam search lets the instance generate (its end token aside)."""
     corpus = Corpus.encode(docs, translator.vocab, max_sentence_tokens=translator.cfg.model.max_positions - 2,
                            origin="translation")
-    total, length = np.zeros(len(rows)), np.zeros(len(rows), dtype=np.int64)
-    pad = translator.vocab.pad
+    out = {k: np.zeros(len(rows), dtype=float if k in ("total", "words") else np.int64)
+           for k in ("total", "labels", "words", "pieces", "limit")}
+    vocab = translator.vocab
     for idx, batch, lp, _ in teacher_forced(translator, corpus, rows):
-        total[idx] = lp.double().sum(1).cpu().numpy()
-        length[idx] = batch["labels"].ne(pad).sum(1).cpu().numpy()
-    return total, length
+        lp, labels = lp.double(), batch["labels"]
+        words = vocab.word_mask(labels) | labels.eq(vocab.unk)     # an unknown word is a word
+        sentences = torch.as_tensor(rows[idx, 1] - rows[idx, 2])
+        limit = output_limit(batch["src"].ne(vocab.pad).sum(1).cpu(), translator.cfg.decode, sentences)
+        for key, value in (("total", lp.sum(1)), ("labels", labels.ne(vocab.pad).sum(1)),
+                           ("words", (lp * words).sum(1)), ("pieces", words.sum(1)), ("limit", limit)):
+            out[key][idx] = value.cpu().numpy()
+    return out
 
 
 def decode_rows(translator, src_docs: list[Document]) -> np.ndarray:
     """The instances translation decodes ``src_docs`` in (one round, nothing forced)."""
-    corpus = Corpus.encode(src_docs, translator.vocab, max_sentence_tokens=translator.cfg.model.max_positions - 2)
+    # the source alone, as translate reads it: a reference would change how a document is split
+    corpus = Corpus.encode([Document(d.docid, d.src) for d in src_docs], translator.vocab,
+                           max_sentence_tokens=translator.cfg.model.max_positions - 2)
     search = translator.cfg.decode
     rounds = methods.decode_walk(translator.cfg, search).rounds(translator, corpus, search)
     if len(rounds) != 1 or not np.array_equal(np.asarray(rounds[0][1]), rounds[0][0][:, 2]):
@@ -62,53 +81,97 @@ def decode_rows(translator, src_docs: list[Document]) -> np.ndarray:
     return rounds[0][0]
 
 
-def search_report(translator, src_docs: list[Document], systems: dict[str, list[list[str]]]) -> dict:
+def chrf_by_instance(rows: np.ndarray, flat: dict[str, list[str]]) -> dict[str, np.ndarray]:
+    """Sentence-level chrF of each instance's sentences (joined by spaces) against the reference's."""
+    chrf = CHRF()
+    out = {name: np.zeros(len(rows)) for name in flat if name != "ref"}
+    for r, (_, end, first) in enumerate(rows.tolist()):
+        ref = " ".join(flat["ref"][first:end])
+        for name in out:
+            out[name][r] = chrf.sentence_score(" ".join(flat[name][first:end]), [ref]).score
+    return out
+
+
+def search_report(translator, src_docs: list[Document], systems: dict[str, list[list[str]]],
+                  draws: int = 10) -> dict:
     """Per-instance normalised scores of each system's translation (``hyp``, ``other`` and
     ``ref``) under ``translator``'s model, and what they say (see the module docstring)."""
     rows = decode_rows(translator, src_docs)
     dec = translator.cfg.decode
-    scores, lengths, bits = {}, {}, {}
+    scored = {}
     for name, sents in systems.items():
         docs = [Document(d.docid, d.src, s) for d, s in zip(src_docs, sents)]
-        total, n = instance_scores(translator, docs, rows)
-        scores[name] = total / length_penalty(n.astype(float), dec)
-        lengths[name] = n
-        bits[name] = float(-total.sum() / n.sum() / math.log(2))
+        scored[name] = instance_scores(translator, docs, rows)
+    scores = {name: v["total"] / length_penalty(v["labels"].astype(float), dec) for name, v in scored.items()}
     own, other = scores["hyp"], scores["other"]
     pick_other = other > own
     offsets = np.cumsum([0] + [len(d.src) for d in src_docs])
     owner = np.full(offsets[-1], -1)
     for r, (_, end, first) in enumerate(rows.tolist()):
+        if (owner[first:end] != -1).any():
+            raise SystemExit(f"error: instance {r} generates a sentence another instance generates too")
         owner[first:end] = r                      # the sentences instance r generates
-    flat = {name: [s for d in systems[name] for s in d] for name in ("hyp", "other")}
-    chosen = [flat["other" if pick_other[owner[i]] else "hyp"][i] for i in range(offsets[-1])]
-    reranked = [chosen[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
-    bleu = {name: evaluate_documents(s, systems["ref"], lowercase_too=False, metrics=("bleu",))
-            for name, s in (("hyp", systems["hyp"]), ("other", systems["other"]), ("rerank", reranked))}
+    if (owner == -1).any():
+        raise SystemExit(f"error: sentence {int(np.argmax(owner == -1)) + 1} is generated by no instance")
+    flat = {name: [s for d in systems[name] for s in d] for name in systems}
+    chrf = chrf_by_instance(rows, flat)
+    better = np.sign(chrf["other"] - chrf["hyp"])            # 1: other better, -1: hyp better, 0: tie
+
+    def merged(take_other: np.ndarray) -> list[list[str]]:
+        chosen = [flat["other" if take_other[owner[i]] else "hyp"][i] for i in range(offsets[-1])]
+        return [chosen[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+
+    def bleu(docs: list[list[str]]) -> dict:
+        v = evaluate_documents(docs, systems["ref"], lowercase_too=False, metrics=("bleu",))
+        return {"s": v["s_bleu"]["score"], "d": v["d_bleu"]["score"]}
+
+    rng = np.random.default_rng(0)
+    random = [bleu(merged(np.isin(np.arange(len(rows)), rng.choice(len(rows), int(pick_other.sum()), replace=False))))
+              for _ in range(draws)]
+    cells = {f"{model}_scored_higher_{by}_better": float(((pick_other == (model == "other")) & (better == sign)).mean())
+             for model in ("hyp", "other") for by, sign in (("hyp", -1), ("other", 1), ("neither", 0))}
+    over = scored["other"]["labels"] > scored["other"]["limit"] + 1     # + 1: the end token
+    bits = {name: {"per_label": float(-v["total"].sum() / v["labels"].sum() / math.log(2)),
+                   "per_word_piece": float(-v["words"].sum() / v["pieces"].sum() / math.log(2))}
+            for name, v in scored.items()}
     return {
         "instances": len(rows),
         "sentences": int(offsets[-1]),
-        "lenpen": dec.lenpen, "lenpen_style": dec.lenpen_style,
+        "decode": {k: getattr(dec, k) for k in ("beam", "lenpen", "lenpen_style", "max_len_a", "max_len_b")},
         "mean_score": {k: float(v.mean()) for k, v in scores.items()},
-        "mean_labels": {k: float(v.mean()) for k, v in lengths.items()},
-        "labels": {k: int(v.sum()) for k, v in lengths.items()},
-        "bits_per_label": bits,     # the NLL of each translation as a whole, in the model's own format
+        "mean_labels": {k: float(v["labels"].mean()) for k, v in scored.items()},
+        "labels": {k: int(v["labels"].sum()) for k, v in scored.items()},
+        "word_pieces": {k: int(v["pieces"].sum()) for k, v in scored.items()},
+        # the NLL of each translation as a whole: per label in the model's own format, and per word
+        # piece (the same pieces in every format: the figure to compare across models)
+        "bits": bits,
         "other_scored_higher": float(pick_other.mean()),
+        "other_scored_higher_beyond_limit": float((pick_other & over).mean()),
         "ref_scored_higher": float((scores["ref"] > own).mean()),
-        "bleu": {k: {"s": v["s_bleu"]["score"], "d": v["d_bleu"]["score"]} for k, v in bleu.items()},
+        "cells_by_instance_chrf": cells,
+        "mean_instance_chrf": {k: float(v.mean()) for k, v in chrf.items()},
+        "bleu": {"hyp": bleu(systems["hyp"]), "other": bleu(systems["other"]), "rerank": bleu(merged(pick_other)),
+                 "random_pick": {lvl: {"mean": float(np.mean([r[lvl] for r in random])),
+                                       "min": min(r[lvl] for r in random), "max": max(r[lvl] for r in random)}
+                                 for lvl in ("s", "d")}, "random_draws": draws},
     }
 
 
-def beam_check(translator, src_docs: list[Document], n: int) -> float:
-    """The largest difference between the beam's score of each best hypothesis of the first
-    ``n`` sentences and :func:`instance_scores`' score of its text, normalised the same way."""
+def beam_check(translator, src_docs: list[Document], n: int, hyp: list[str]) -> dict:
+    """Translate the first ``n`` sentences again: the largest difference between the beam's score
+    of each best hypothesis and :func:`instance_scores`' score of its text, normalised the same
+    way, and how many of the sentences come out as in ``hyp`` (the kept output: weights kept in
+    fp16 from an fp32 model should translate the same; a document model may split a shortened
+    document differently)."""
     docs = [Document(src_docs[0].docid, src_docs[0].src[:n])]
     out, _ = translator.translate(docs, search=replace(translator.cfg.decode, nbest=2))
     rows = decode_rows(translator, docs)
-    total, length = instance_scores(translator, [Document(d.docid, d.src, o.tgt) for d, o in zip(docs, out)], rows)
+    s = instance_scores(translator, [Document(d.docid, d.src, o.tgt) for d, o in zip(docs, out)], rows)
     flat = [score for o in out for score in o.meta["nbest_scores"]]
     beam = np.array([flat[first][0] for _, _, first in rows.tolist()])
-    return float(np.abs(total / length_penalty(length.astype(float), translator.cfg.decode) - beam).max())
+    diff = np.abs(s["total"] / length_penalty(s["labels"].astype(float), translator.cfg.decode) - beam).max()
+    return {"sentences": n, "max_difference": float(diff),
+            "same_as_hyp": sum(a == b for a, b in zip(out[0].tgt, hyp[:n]))}
 
 
 def main() -> None:
@@ -130,7 +193,7 @@ def main() -> None:
                for name, path in (("hyp", args.hyp), ("other", args.other), ("ref", args.ref))}
     report = search_report(translator, src_docs, systems)
     if args.check:
-        report["beam_check"] = {"sentences": args.check, "max_difference": beam_check(translator, src_docs, args.check)}
+        report["beam_check"] = beam_check(translator, src_docs, args.check, systems["hyp"][0])
     report.update(seconds=round(time.time() - start, 1), hyp=args.hyp, other=args.other, ref=args.ref)
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))

@@ -258,7 +258,9 @@ def test_a_context_input_counted_against_max_tokens_leaves_fewer_target_tokens_p
 
 def test_rerank_takes_each_instance_from_the_translation_its_model_scores_higher(monkeypatch):
     """bench/tier_mfr_search.py: per decoding instance, the translation with the higher
-    length-normalised score (the beam's objective), all of that instance's sentences together."""
+    length-normalised score (the beam's objective), all of that instance's sentences together;
+    each instance counted in its cell of (scored higher) x (better by chrF); NLL per word piece
+    apart from NLL per label; the other translation flagged where the beam could not produce it."""
     import math
     from types import SimpleNamespace
 
@@ -268,20 +270,79 @@ def test_rerank_takes_each_instance_from_the_translation_its_model_scores_higher
     mod = bench_module("tier_mfr_search")
     src = [Document("a", ["s1", "s2", "s3"]), Document("b", ["s4", "s5"])]
     rows = np.array([[0, 2, 0], [2, 3, 2], [3, 5, 3]])        # instances: s1-s2, s3, s4-s5
-    systems = {"hyp": [["h1", "h2", "h3"], ["h4", "h5"]], "other": [["o1", "o2", "o3"], ["o4", "o5"]],
-               "ref": [["r1", "r2", "r3"], ["r4", "r5"]]}
-    # (Σ log p, tokens) per instance: other wins the first; its second has the lower sum but the
-    # higher score per token (-0.9 against -1.0); the reference beats hyp on the third only
-    sums = {"h": ([-10.0, -10.0, -10.0], [10, 10, 10]), "o": ([-8.0, -18.0, -30.0], [10, 20, 10]),
-            "r": ([-50.0, -50.0, -5.0], [10, 10, 10])}
+    ref = [["le chat noir dort", "il pleut", "une maison"], ["le jardin", "la porte verte"]]
+    systems = {"hyp": [["le chien", "il neige", "un bateau"], ["le jardin", "la porte rouge"]],
+               "other": [["le chat noir dort", "il pleut fort", "une maison"], ["le jardin", "la porte rouge"]],
+               "ref": ref}
+    # per instance: other wins the first; its second has the lower sum but the higher score per
+    # token (-0.9 against -1.0); the reference beats hyp on the third only. By chrF other is
+    # better on the first two, the same on the third.
+    sums = {"le chien": ([-10.0, -10.0, -10.0], [10, 10, 10], [-6.0, -6.0, -6.0], [8, 8, 8], [30, 30, 30]),
+            "other": ([-8.0, -18.0, -30.0], [10, 20, 10], [-4.0, -4.0, -4.0], [8, 8, 8], [8, 30, 30]),
+            "ref": ([-50.0, -50.0, -5.0], [10, 10, 10], [-1.0, -1.0, -1.0], [8, 8, 8], [30, 30, 30])}
+    keys = ("total", "labels", "words", "pieces", "limit")
+    name = {id(ref[0]): "ref", id(systems["other"][0]): "other", id(systems["hyp"][0]): "le chien"}
     monkeypatch.setattr(mod, "decode_rows", lambda tr, docs: rows)
-    monkeypatch.setattr(mod, "instance_scores", lambda tr, docs, r: tuple(map(np.array, sums[docs[0].tgt[0][0]])))
-    scored = {}
-    monkeypatch.setattr(mod, "evaluate_documents", lambda hyp, ref, **kw: scored.setdefault(
-        len(scored), hyp) and {"s_bleu": {"score": 0.0}, "d_bleu": {"score": 0.0}})
-    tr = SimpleNamespace(cfg=SimpleNamespace(decode=SimpleNamespace(lenpen=1.0, lenpen_style="fairseq")))
-    report = mod.search_report(tr, src, systems)
-    assert scored[2] == [["o1", "o2", "o3"], ["h4", "h5"]]       # rerank
+    monkeypatch.setattr(mod, "instance_scores", lambda tr, docs, r: dict(zip(keys, map(np.array, sums[
+        name[id(docs[0].tgt)]]))))
+    scored = []
+    monkeypatch.setattr(mod, "evaluate_documents", lambda hyp, ref, **kw: scored.append(hyp) or {
+        "s_bleu": {"score": 0.0}, "d_bleu": {"score": 0.0}})
+    tr = SimpleNamespace(cfg=SimpleNamespace(decode=SimpleNamespace(
+        beam=5, lenpen=1.0, lenpen_style="fairseq", max_len_a=1.2, max_len_b=10)))
+    report = mod.search_report(tr, src, systems, draws=3)
+    assert len(scored) == 3 + 3                     # 3 random picks, then hyp, other, rerank
+    assert scored[5] == [["le chat noir dort", "il pleut fort", "une maison"], ["le jardin", "la porte rouge"]]
+    other = [s for d in systems["other"] for s in d]
+    for random_pick in scored[:3]:                  # whole instances, two of them from the other
+        taken = [s == o for s, o in zip([s for d in random_pick for s in d], other)]
+        assert taken[0] == taken[1] and taken[0] + taken[2] + 1 >= 2   # the third is the same either way
     assert report["other_scored_higher"] == 2 / 3 and report["ref_scored_higher"] == 1 / 3
     assert report["mean_score"]["other"] == (-0.8 - 0.9 - 3.0) / 3
-    assert report["labels"]["other"] == 40 and abs(report["bits_per_label"]["other"] * 40 * math.log(2) - 56) < 1e-9
+    bits = report["bits"]["other"]
+    assert report["labels"]["other"] == 40 and abs(bits["per_label"] * 40 * math.log(2) - 56) < 1e-9
+    assert abs(bits["per_word_piece"] * 24 * math.log(2) - 12) < 1e-9
+    cells = report["cells_by_instance_chrf"]
+    assert cells["other_scored_higher_other_better"] == 2 / 3        # search errors that cost quality
+    assert cells["other_scored_higher_hyp_better"] == 0
+    assert cells["hyp_scored_higher_neither_better"] == 1 / 3
+    assert report["other_scored_higher_beyond_limit"] == 1 / 3       # 10 labels > 8 + 1
+    assert report["decode"]["max_len_b"] == 10
+
+
+def test_search_report_refuses_rows_that_do_not_own_every_sentence_once(monkeypatch):
+    from types import SimpleNamespace
+
+    import numpy as np
+    import pytest
+
+    from docnmt.document import Document
+    mod = bench_module("tier_mfr_search")
+    src = [Document("a", ["s1", "s2", "s3"])]
+    systems = {k: [["x", "y", "z"]] for k in ("hyp", "other", "ref")}
+    one = dict(total=np.array([-1.0, -1.0]), labels=np.array([2, 2]), words=np.array([-1.0, -1.0]),
+               pieces=np.array([1, 1]), limit=np.array([9, 9]))
+    monkeypatch.setattr(mod, "instance_scores", lambda tr, docs, r: one)
+    tr = SimpleNamespace(cfg=SimpleNamespace(decode=SimpleNamespace(lenpen=1.0, lenpen_style="fairseq")))
+    for rows, message in (([[0, 2, 0], [1, 3, 1]], "another instance"), ([[0, 1, 0], [2, 3, 2]], "no instance")):
+        monkeypatch.setattr(mod, "decode_rows", lambda tr, docs, rows=rows: np.array(rows))
+        with pytest.raises(SystemExit, match=message):
+            mod.search_report(tr, src, systems)
+
+
+def test_search_decodes_the_instances_translate_decodes_whatever_the_references(tiny_model, ted_docs):
+    """The split into instances comes from the source alone: references much longer than their
+    sources (which would split a document differently when training) change nothing."""
+    import numpy as np
+
+    from docnmt import methods
+    from docnmt.data import Corpus
+    from docnmt.document import Document
+    from docnmt.translate import Translator
+    mod = bench_module("tier_mfr_search")
+    tr = Translator.load(tiny_model("doc2doc"), None, "cpu")
+    long_refs = [Document(d.docid, d.src, [" ".join([t] * 8) for t in d.tgt]) for d in ted_docs]
+    corpus = Corpus.encode([Document(d.docid, d.src) for d in ted_docs], tr.vocab)
+    rounds = methods.decode_walk(tr.cfg, tr.cfg.decode).rounds(tr, corpus, tr.cfg.decode)
+    assert len(rounds[0][0]) > len(ted_docs)                  # documents are split at all
+    assert np.array_equal(mod.decode_rows(tr, long_refs), rounds[0][0])
