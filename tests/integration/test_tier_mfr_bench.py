@@ -1,7 +1,8 @@
 """The Tier M-fr queue's helpers. bench/tier_mfr_keep.py: what the queue keeps in the repository
 is enough to go on after runs/ is lost (a fresh checkout): a scored run comes back with the files
 later runs are tested against, a run not fully scored does not, and weights are kept in the dtype
-asked for. bench/tier_mfr_table.py: the target verdict counts only significant improvements."""
+asked for. bench/tier_mfr_table.py: the target verdict counts only significant improvements.
+bench/tier_mfr_search.py and bench/tier_mfr_suites.py: the analyses' counting."""
 from __future__ import annotations
 
 import gzip
@@ -346,3 +347,29 @@ def test_search_decodes_the_instances_translate_decodes_whatever_the_references(
     rounds = methods.decode_walk(tr.cfg, tr.cfg.decode).rounds(tr, corpus, tr.cfg.decode)
     assert len(rounds[0][0]) > len(ted_docs)                  # documents are split at all
     assert np.array_equal(mod.decode_rows(tr, long_refs), rounds[0][0])
+
+
+def test_suite_groups_count_a_choice_that_changes_with_the_context():
+    """bench/tier_mfr_suites.py: examples asking the same question in contexts that call for
+    different answers form a group; a context-blind scorer never changes its choice in one."""
+    import pytest
+
+    from docnmt.suites import Candidate, ContrastiveExample
+    mod = bench_module("tier_mfr_suites")
+
+    def ex(ctx: str, good: str, bad: str) -> ContrastiveExample:
+        return ContrastiveExample("They are here.", [ctx], [Candidate(good, ["c"]), Candidate(bad, ["c"])])
+
+    ils, elles = "Ils sont là.", "Elles sont là."
+    examples = [ex("the boys", ils, elles), ex("the girls", elles, ils), ex("the men", ils, elles),
+                ContrastiveExample("Alone.", [], [Candidate("Seul."), Candidate("Seule.")])]   # no group
+    blind = [{"scores": s} for s in ([-1.0, -3.0], [-3.0, -1.0], [-1.0, -3.0], [-1.0, -2.0])]
+    report = mod.context_groups(examples, blind)
+    assert report == {"groups": 1, "examples": 3, "context_sensitive": 0, "all_right": 0,
+                      "median_shift_nats": 0.0, "median_gap_nats": 2.0}
+    reads = [{"scores": s} for s in ([-1.0, -3.0], [-1.5, -2.0], [-1.0, -2.5], [-1.0, -2.0])]
+    report = mod.context_groups(examples, reads)     # "Elles" preferred after the girls only
+    assert (report["context_sensitive"], report["all_right"]) == (1, 1)
+    assert report["median_shift_nats"] == 2.5 and report["median_gap_nats"] == 1.5
+    with pytest.raises(SystemExit, match="3 scored examples"):
+        mod.context_groups(examples, reads[:3])
