@@ -56,6 +56,10 @@ if [ "${1:-}" = --dry-run ]; then
 fi
 mkdir -p "$R" "$KEEP"
 step() { echo "== $(date '+%F %T') $*"; "$@"; }
+newer() {   # whether file $1 exists and is newer than every other file named (a score still up to date)
+  local f; [ -f "$1" ] || return 1
+  for f in "${@:2}"; do [ "$1" -nt "$f" ] || return 1; done
+}
 
 python -c "import sys; sys.path.insert(0, 'bench'); import common; common.tier_mfr_data('$DATA', enfr=$ENFR)"
 COMMON=(--save-interval-updates 200 --set train.validate_interval_updates=500 --no-progress)
@@ -111,7 +115,8 @@ declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt_sentpos [gt_sentpos]=gt [gt_se
 also() {   # the paired bootstrap of run $1 against its second baseline, into $2 (when both are translated)
   local base=${ALSO[$1]:-}
   [ -n "$base" ] && [ -f "$R/$base/valid.fr" ] && [ -f "$R/$1/valid.fr" ] || return 0
-  step docnmt evaluate --hyp "$R/$1/valid.fr" --ref "$S/valid/hansard.fr" --compare "$R/$base/valid.fr" --json "$2"
+  newer "$2" "$R/$1/valid.fr" "$R/$base/valid.fr" \
+    || step docnmt evaluate --hyp "$R/$1/valid.fr" --ref "$S/valid/hansard.fr" --compare "$R/$base/valid.fr" --json "$2"
 }
 
 score() {   # translate and score one trained run (the control's first: the others are compared with it)
@@ -123,12 +128,15 @@ score() {   # translate and score one trained run (the control's first: the othe
   [ -f "$out" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" -o "$out" "${DECODE[@]}" "${extra[@]}" \
                          --report "$R/$name/valid.coverage.json"
   [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
-  step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" "${against[@]}" --json "$R/$name/valid.json"
+  # (scored again only when a translation is newer: a restarted queue does not redo the bootstrap)
+  newer "$R/$name/valid.json" "$out" "$R/control/valid.fr" \
+    || step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" "${against[@]}" --json "$R/$name/valid.json"
   also "$name" "$R/$name/valid.vs_${ALSO[$name]:-}.json"
   case $name in doc2doc*|pt)   # the separator formats again, the source's sentence count forced (a second row)
     [ -f "$R/$name/valid.count.fr" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" \
       -o "$R/$name/valid.count.fr" "${DECODE[@]}" --sentence-count --report "$R/$name/valid.count.coverage.json"
-    step docnmt evaluate --hyp "$R/$name/valid.count.fr" --ref "$S/valid/hansard.fr" --compare "$R/control/valid.fr" \
+    newer "$R/$name/valid.count.json" "$R/$name/valid.count.fr" "$R/control/valid.fr" \
+      || step docnmt evaluate --hyp "$R/$name/valid.count.fr" --ref "$S/valid/hansard.fr" --compare "$R/control/valid.fr" \
       --json "$R/$name/valid.count.json";;
   esac
   [ "$name" = stage1 ] || [ -f "$R/$name/valid.cxmi.json" ] \
