@@ -204,5 +204,6 @@ best=$(python bench/tier_mfr_table.py --best-other "$KEEP")
 [ -n "$best" ] && python bench/tier_mfr_keep.py --weights "$R/$best" "$KEEP/$best"
 python bench/tier_mfr_table.py "$KEEP" | tee "$KEEP/table.md"
 # whether each system's choice on the suites changes with the context at all
-python bench/tier_mfr_suites.py "$KEEP" --out "$KEEP/suites_context.json"
+python bench/tier_mfr_suites.py "$KEEP" --suites "$S/suites" --out "$KEEP/suites_context.json" \
+  || echo "== suites analysis failed"
 echo "== $(date '+%F %T') Tier M-fr queue finished"

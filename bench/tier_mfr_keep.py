@@ -24,6 +24,7 @@ import argparse
 import gzip
 import hashlib
 import json
+import os
 import shutil
 import sys
 from datetime import datetime
@@ -125,6 +126,9 @@ def restore(kept: Path, run: Path, started_from: Path, scores_only: bool = False
         shutil.copy2(kept / name, run / name)
     with gzip.open(kept / "valid.fr.gz", "rb") as g, open(run / "valid.fr", "wb") as f:
         shutil.copyfileobj(g, f)
+    # as old as the scores kept with it: a restored translation (the control's above all) is not a
+    # new one, so the runs scored against it are not scored again (tier_mfr.sh's newer())
+    os.utime(run / "valid.fr", (0, 0))
     print(f"restored {run}'s translation and suite scores from {kept}")
     return True
 

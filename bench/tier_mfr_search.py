@@ -8,7 +8,7 @@ Where the model scores the other translation higher than its own output, beam se
 hypothesis its own model prefers (a search error, at least that large; flagged apart when the
 other translation is longer than the beam's output limit allows, so beam search could never
 have produced it). Where it scores its own higher although the other translation is better (by
-the instance's sentence-level chrF against the reference), the model itself prefers the worse
+the chrF of the instance's translation against its reference), the model itself prefers the worse
 output (a model error). The teacher-forced score is the beam's own: ``--check N`` translates the
 first N sentences again and reports the largest difference between the beam's score of each
 best hypothesis and this script's score of its text (5e-7 on the kept Tier M-fr control and
@@ -17,9 +17,10 @@ model scores higher) x (which one chrF prefers); the NLL of each translation as 
 all labels of the model's own format and over the word pieces alone (the same pieces in every
 format, so the only figure comparable between a G-Transformer and a sentence model); and the
 s-/d-BLEU of the output made by taking, per instance, whichever of the two translations the
-model scores higher ("rerank"), beside the mean of random picks of as many instances: rerank
-above random says the model's preference carries information about quality; rerank above the
-beam output says that a search finding what this model prefers would have translated better.
+model scores higher ("rerank"), beside random picks of as many instances (ten draws): rerank
+above every random pick says the model's preference carries information about quality; only a
+rerank above both the beam output and every random pick says that a search finding what this
+model prefers would have translated better (one inside the random picks' range says nothing).
 
     python bench/tier_mfr_search.py RUN --src ../shared/data/enfr/valid/hansard.en \
         --ref ../shared/data/enfr/valid/hansard.fr --hyp RUN/valid.fr \

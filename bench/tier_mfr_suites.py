@@ -9,26 +9,32 @@ candidate in every example of a group, so it is right on half of the anaphora ex
 a model that reads the context can prefer each candidate where its context calls for it. Per run
 and suite, from the scores ``docnmt score-contrastive --scores`` wrote: the groups, those whose
 preferred candidate changes with the context ("context-sensitive") and those where it changes the
-right way in every example, and, in nats, the median over groups of how far the context moves
-the score difference of the two candidates (its range over the group's examples) beside the
-median size of that difference (the gap the context would have to close).
+right way in every example, and three medians over groups, in nats, of the score difference of
+the two candidates over a group's examples: its half-range (how far the context moves it), its
+bias (how far the middle of that range is from zero: the preference the context leaves alone; the
+choice changes in a group exactly when the half-range exceeds the bias), and its effect (the mean
+difference where the first candidate is right minus where the second is: positive when the
+context moves the choice the right way), with the exact sign test of whether the groups it moves
+the right way outnumber those it moves the wrong way.
 
-    python bench/tier_mfr_suites.py bench/results/tier_mfr --out bench/results/tier_mfr/suites_context.json
+    python bench/tier_mfr_suites.py bench/results/tier_mfr --suites ../shared/data/enfr/suites \
+        --out bench/results/tier_mfr/suites_context.json
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
 from docnmt.suites import read_suite
 
-SHARED = Path(__file__).resolve().parents[2] / "shared/data/enfr/suites"
-SUITES = {"anaphora": SHARED / "bawden2018_discourse_test_sets_enfr/test-sets/anaphora.json",
-          "lexical-choice": SHARED / "bawden2018_discourse_test_sets_enfr/test-sets/lexical-choice.json",
-          "scat_yin2021_enfr": SHARED / "scat_yin2021_enfr"}
+TOL = 1e-3     # nats: score differences below this are float noise (a batch of another size)
+SUITES = {"anaphora": "bawden2018_discourse_test_sets_enfr/test-sets/anaphora.json",     # under --suites
+          "lexical-choice": "bawden2018_discourse_test_sets_enfr/test-sets/lexical-choice.json",
+          "scat_yin2021_enfr": "scat_yin2021_enfr"}
 
 
 def context_groups(examples, records: list[dict]) -> dict:
@@ -36,8 +42,12 @@ def context_groups(examples, records: list[dict]) -> dict:
     scores file's lines in the same order (one score per candidate)."""
     if len(examples) != len(records):
         raise SystemExit(f"error: {len(records)} scored examples, the suite has {len(examples)}")
-    groups: dict[tuple, list[tuple[dict, float]]] = {}
-    for ex, rec in zip(examples, records):
+    groups: dict[tuple, list[tuple[float, bool]]] = {}
+    for n, (ex, rec) in enumerate(zip(examples, records), 1):
+        # the scores file must be this suite's, line for line (a stale or other suite's file fails here)
+        block = ex.meta.get("block")
+        if rec.get("correct", ex.correct) != ex.correct or rec.get("block", block) != block:
+            raise SystemExit(f"error: scored example {n} is not the suite's example {n} (other answer or block)")
         texts = [c.tgt for c in ex.candidates]
         if len(texts) != 2 or len(rec["scores"]) != 2:
             continue                                     # pairs only: one score difference
@@ -49,20 +59,35 @@ def context_groups(examples, records: list[dict]) -> dict:
     multi = [g for g in groups.values() if len({right for _, right in g}) > 1]   # the context decides
     sensitive = [g for g in multi if len({d > 0 for d, _ in g}) > 1]
     all_right = [g for g in multi if all((d > 0) == right for d, right in g)]
-    shift = [max(d for d, _ in g) - min(d for d, _ in g) for g in multi]
-    gap = [float(np.median([abs(d) for d, _ in g])) for g in multi]
+    half = [(max(d for d, _ in g) - min(d for d, _ in g)) / 2 for g in multi]
+    bias = [abs(max(d for d, _ in g) + min(d for d, _ in g)) / 2 for g in multi]
+    effect = [float(np.mean([d for d, right in g if right]) - np.mean([d for d, right in g if not right]))
+              for g in multi]
+
+    def median(x: list[float]) -> float | None:
+        return float(np.median(x)) if x else None
     return {"groups": len(multi), "examples": sum(map(len, multi)),
             "context_sensitive": len(sensitive), "all_right": len(all_right),
-            "median_shift_nats": float(np.median(shift)) if shift else None,
-            "median_gap_nats": float(np.median(gap)) if gap else None}
+            "median_half_range_nats": median(half), "median_bias_nats": median(bias),
+            "median_effect_nats": median(effect), **sign_test(effect)}
+
+
+def sign_test(effect: list[float]) -> dict:
+    """Groups the context moves the right way and the wrong way (beyond float noise), and the exact
+    two-sided sign test of "as often one way as the other" (1.0 when none moves)."""
+    pos, neg = sum(e > TOL for e in effect), sum(e < -TOL for e in effect)
+    n, k = pos + neg, min(pos, neg)
+    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
+    return {"effect_positive": pos, "effect_negative": neg, "sign_test_p": p}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", help="bench/results/tier_mfr: one directory per run with <suite>.scores.jsonl")
+    ap.add_argument("--suites", required=True, help="the En-Fr suites: ../shared/data/enfr/suites")
     ap.add_argument("--out")
     args = ap.parse_args()
-    suites = {name: read_suite(path) for name, path in SUITES.items()}
+    suites = {name: read_suite(Path(args.suites) / path) for name, path in SUITES.items()}
     report = {}
     for run in sorted(p for p in Path(args.results).iterdir() if p.is_dir()):
         row = {}
@@ -74,7 +99,9 @@ def main() -> None:
             report[run.name] = row
             print(f"{run.name:20s}" + "".join(
                 f"  {n}: {r['context_sensitive']}/{r['groups']} sensitive, {r['all_right']} all right, "
-                f"shift {r['median_shift_nats']:.3f} / gap {r['median_gap_nats']:.3f}"
+                f"half-range {r['median_half_range_nats']:.3f} / bias {r['median_bias_nats']:.3f}, "
+                f"effect {r['median_effect_nats']:+.3f} ({r['effect_positive']} > 0, {r['effect_negative']} < 0, "
+                f"p = {r['sign_test_p']:.3f})"
                 for n, r in row.items() if r["groups"]))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")

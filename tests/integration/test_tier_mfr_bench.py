@@ -63,6 +63,8 @@ def test_a_kept_scored_run_comes_back_with_what_later_runs_are_tested_against(tm
     proc = keep("--restore", "--started-from", s1, kept, lost)
     assert proc.returncode == 0, proc.stderr
     assert (lost / "valid.fr").read_text() == "une phrase\nune autre\n"
+    # older than any score: the runs tested against a restored control are not scored again
+    assert (lost / "valid.fr").stat().st_mtime < (run / "valid.json").stat().st_mtime
     for s in SUITES:
         assert (lost / f"{s}.scores.jsonl").read_text() == (run / f"{s}.scores.jsonl").read_text()
     assert not (lost / "config.yaml").exists()            # not a run: the queue does not resume it
@@ -366,10 +368,20 @@ def test_suite_groups_count_a_choice_that_changes_with_the_context():
     blind = [{"scores": s} for s in ([-1.0, -3.0], [-3.0, -1.0], [-1.0, -3.0], [-1.0, -2.0])]
     report = mod.context_groups(examples, blind)
     assert report == {"groups": 1, "examples": 3, "context_sensitive": 0, "all_right": 0,
-                      "median_shift_nats": 0.0, "median_gap_nats": 2.0}
+                      "median_half_range_nats": 0.0, "median_bias_nats": 2.0,
+                      "median_effect_nats": 0.0, "effect_positive": 0, "effect_negative": 0,
+                      "sign_test_p": 1.0}
     reads = [{"scores": s} for s in ([-1.0, -3.0], [-1.5, -2.0], [-1.0, -2.5], [-1.0, -2.0])]
     report = mod.context_groups(examples, reads)     # "Elles" preferred after the girls only
     assert (report["context_sensitive"], report["all_right"]) == (1, 1)
-    assert report["median_shift_nats"] == 2.5 and report["median_gap_nats"] == 1.5
+    # differences (Elles - Ils) -2, +0.5, -1.5: half-range 1.25 > bias 0.75 (the choice flips);
+    # effect +0.5 - (-1.75): the context moves the choice the right way
+    assert report["median_half_range_nats"] == 1.25 and report["median_bias_nats"] == 0.75
+    assert report["median_effect_nats"] == 2.25 and report["effect_positive"] == 1
+    assert report["sign_test_p"] == 1.0                         # one group of one: no evidence
+    assert mod.sign_test([1.0] * 9 + [-1.0])["sign_test_p"] == 22 / 1024   # 2 * (1 + 10) / 2^10
+    assert mod.sign_test([1.0, 1e-4, -1e-4])["effect_negative"] == 0      # float noise is no effect
+    with pytest.raises(SystemExit, match="example 2 is not"):     # another suite's (or stale) scores
+        mod.context_groups(examples, reads[:1] + [{"scores": [-1.5, -2.0], "correct": 1}] + reads[2:])
     with pytest.raises(SystemExit, match="3 scored examples"):
         mod.context_groups(examples, reads[:3])
