@@ -143,12 +143,13 @@ score() {   # translate and score one trained run (the control's first: the othe
     || step python bench/tier_mfr_context.py "$model" --src "$S/valid/hansard.en" --ref "$S/valid/hansard.fr"
   case $name in gt_*)   # search or model error: each model's beam objective on its own output and on the other's
     # (an analysis, not a score: its failure is reported and the run still scored and kept)
-    [ -f "$R/$name/valid.vs_control.search.json" ] || step python bench/tier_mfr_search.py "$model" \
+    # (done again when either translation is newer: it measures those translations)
+    newer "$R/$name/valid.vs_control.search.json" "$out" "$R/control/valid.fr" || step python bench/tier_mfr_search.py "$model" \
       --src "$S/valid/hansard.en" --ref "$S/valid/hansard.fr" --hyp "$out" --other "$R/control/valid.fr" \
-      --out "$R/$name/valid.vs_control.search.json" || echo "== search analysis of $name failed; going on"
-    [ -f "$KEEP/control/valid.vs_$name.search.json" ] || step python bench/tier_mfr_search.py "$KEEP/control" \
+      --out "$R/$name/valid.vs_control.search.json" "${DECODE[@]}" || echo "== search analysis of $name failed; going on"
+    newer "$KEEP/control/valid.vs_$name.search.json" "$out" "$R/control/valid.fr" || step python bench/tier_mfr_search.py "$KEEP/control" \
       --src "$S/valid/hansard.en" --ref "$S/valid/hansard.fr" --hyp "$R/control/valid.fr" --other "$out" \
-      --out "$KEEP/control/valid.vs_$name.search.json" || echo "== search analysis of control vs $name failed; going on";;
+      --out "$KEEP/control/valid.vs_$name.search.json" "${DECODE[@]}" || echo "== search analysis of control vs $name failed; going on";;
   esac
   for suite in "$BAWDEN/anaphora.json" "$BAWDEN/lexical-choice.json" "$S/suites/scat_yin2021_enfr"; do
     s=$(basename "$suite" .json)

@@ -175,6 +175,13 @@ def beam_check(translator, src_docs: list[Document], n: int, hyp: list[str]) -> 
             "same_as_hyp": sum(a == b for a, b in zip(out[0].tgt, hyp[:n]))}
 
 
+def with_decode(translator: Translator, args: argparse.Namespace) -> None:
+    """The decode flags given (the others as the model's config has them) into ``translator``."""
+    given = {k: getattr(args, k) for k in ("beam", "lenpen", "lenpen_style", "max_len_a", "max_len_b")
+             if getattr(args, k) is not None}
+    translator.cfg.decode = replace(translator.cfg.decode, **given)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", help="model directory")
@@ -185,10 +192,19 @@ def main() -> None:
     ap.add_argument("--out", help="default RUN/valid.vs_OTHER.search.json, OTHER the directory name of --other")
     ap.add_argument("--check", type=int, default=40, metavar="N",
                     help="compare with the beam's own scores on the first N sentences (0: no check)")
+    # the settings the hypotheses were decoded with (tier_mfr.sh passes its DECODE): the beam's
+    # objective and output limit are these, not the ones the model's preset carries
+    ap.add_argument("--beam", type=int)
+    ap.add_argument("--lenpen", type=float)
+    ap.add_argument("--lenpen-style")
+    ap.add_argument("--max-len-a", type=float)
+    ap.add_argument("--max-len-b", type=float)
+    ap.add_argument("-q", "--quiet", action="store_true", help="(accepted with the decode flags; no effect)")
     args = ap.parse_args()
     out = Path(args.out or Path(args.run) / f"valid.vs_{Path(args.other).parent.name}.search.json")
     start = time.time()
     translator = Translator.load(args.run, None, "cpu")
+    with_decode(translator, args)
     src_docs = read_documents(args.src, args.ref)
     systems = {name: [d.tgt for d in read_documents(args.src, path, allow_empty=True)]
                for name, path in (("hyp", args.hyp), ("other", args.other), ("ref", args.ref))}

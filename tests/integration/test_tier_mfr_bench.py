@@ -344,11 +344,17 @@ def test_search_decodes_the_instances_translate_decodes_whatever_the_references(
     from docnmt.translate import Translator
     mod = bench_module("tier_mfr_search")
     tr = Translator.load(tiny_model("doc2doc"), None, "cpu")
+    beam = tr.cfg.decode.beam
     long_refs = [Document(d.docid, d.src, [" ".join([t] * 8) for t in d.tgt]) for d in ted_docs]
     corpus = Corpus.encode([Document(d.docid, d.src) for d in ted_docs], tr.vocab)
     rounds = methods.decode_walk(tr.cfg, tr.cfg.decode).rounds(tr, corpus, tr.cfg.decode)
     assert len(rounds[0][0]) > len(ted_docs)                  # documents are split at all
     assert np.array_equal(mod.decode_rows(tr, long_refs), rounds[0][0])
+    # the decode flags given replace the model's own settings, the others stay
+    import argparse
+    assert (tr.cfg.decode.max_len_a, tr.cfg.decode.max_len_b) != (1.7, 4)
+    mod.with_decode(tr, argparse.Namespace(beam=None, lenpen=None, lenpen_style=None, max_len_a=1.7, max_len_b=4))
+    assert (tr.cfg.decode.max_len_a, tr.cfg.decode.max_len_b, tr.cfg.decode.beam) == (1.7, 4, beam)
 
 
 def test_suite_groups_count_a_choice_that_changes_with_the_context():
