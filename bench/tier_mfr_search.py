@@ -182,7 +182,7 @@ def with_decode(translator: Translator, args: argparse.Namespace) -> None:
     translator.cfg.decode = replace(translator.cfg.decode, **given)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", help="model directory")
     ap.add_argument("--src", required=True)
@@ -198,9 +198,13 @@ def main() -> None:
     ap.add_argument("--lenpen", type=float)
     ap.add_argument("--lenpen-style")
     ap.add_argument("--max-len-a", type=float)
-    ap.add_argument("--max-len-b", type=float)
+    ap.add_argument("--max-len-b", type=int)
     ap.add_argument("-q", "--quiet", action="store_true", help="(accepted with the decode flags; no effect)")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     out = Path(args.out or Path(args.run) / f"valid.vs_{Path(args.other).parent.name}.search.json")
     start = time.time()
     translator = Translator.load(args.run, None, "cpu")

@@ -12,10 +12,11 @@ preferred candidate changes with the context ("context-sensitive") and those whe
 right way in every example, and three medians over groups, in nats, of the score difference of
 the two candidates over a group's examples: its half-range (how far the context moves it), its
 bias (how far the middle of that range is from zero: the preference the context leaves alone; the
-choice changes in a group exactly when the half-range exceeds the bias), and its effect (the mean
-difference where the first candidate is right minus where the second is: positive when the
-context moves the choice the right way), with the exact sign test of whether the groups it moves
-the right way outnumber those it moves the wrong way.
+choice changes in a group exactly when the half-range exceeds the bias, exact ties aside), and its
+effect (the difference is taken with the candidates in one fixed order, their texts sorted; the
+effect is its mean where the first is right minus its mean where the second is, so positive when
+the context moves the choice the right way, whatever the order), with the exact sign test of
+whether the groups it moves the right way outnumber those it moves the wrong way.
 
     python bench/tier_mfr_suites.py bench/results/tier_mfr --suites ../shared/data/enfr/suites \
         --out bench/results/tier_mfr/suites_context.json
@@ -25,13 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from docnmt.suites import read_suite
 
-TOL = 1e-3     # nats: score differences below this are float noise (a batch of another size)
+TOL = 1e-3     # nats: an effect this small counts neither way in the sign test (a threshold we chose)
 SUITES = {"anaphora": "bawden2018_discourse_test_sets_enfr/test-sets/anaphora.json",     # under --suites
           "lexical-choice": "bawden2018_discourse_test_sets_enfr/test-sets/lexical-choice.json",
           "scat_yin2021_enfr": "scat_yin2021_enfr"}
@@ -41,13 +43,15 @@ def context_groups(examples, records: list[dict]) -> dict:
     """The figures above for one suite: ``examples`` as read_suite gives them, ``records`` the
     scores file's lines in the same order (one score per candidate)."""
     if len(examples) != len(records):
-        raise SystemExit(f"error: {len(records)} scored examples, the suite has {len(examples)}")
+        raise ValueError(f"{len(records)} scored examples, the suite has {len(examples)}")
     groups: dict[tuple, list[tuple[float, bool]]] = {}
     for n, (ex, rec) in enumerate(zip(examples, records), 1):
-        # the scores file must be this suite's, line for line (a stale or other suite's file fails here)
-        block = ex.meta.get("block")
-        if rec.get("correct", ex.correct) != ex.correct or rec.get("block", block) != block:
-            raise SystemExit(f"error: scored example {n} is not the suite's example {n} (other answer or block)")
+        # the scores file must be this suite's, line for line: each line carries the example's
+        # answer and description (block, type, line ...), as score-contrastive --scores writes them
+        want = {"correct": ex.correct, **ex.meta}
+        if any(rec.get(k, ValueError) != v for k, v in want.items()):
+            raise ValueError(f"scored example {n} is not the suite's example {n} (its answer or "
+                             f"description differs: {', '.join(k for k, v in want.items() if rec.get(k) != v)})")
         texts = [c.tgt for c in ex.candidates]
         if len(texts) != 2 or len(rec["scores"]) != 2:
             continue                                     # pairs only: one score difference
@@ -94,7 +98,10 @@ def main() -> None:
         for name, examples in suites.items():
             path = run / f"{name}.scores.jsonl"
             if path.exists():
-                row[name] = context_groups(examples, [json.loads(x) for x in path.read_text().splitlines()])
+                try:
+                    row[name] = context_groups(examples, [json.loads(x) for x in path.read_text().splitlines()])
+                except ValueError as e:     # one stale file: that run's suite left out, the rest reported
+                    print(f"warning: {path} left out: {e}", file=sys.stderr)
         if row:
             report[run.name] = row
             print(f"{run.name:20s}" + "".join(

@@ -355,6 +355,15 @@ def test_search_decodes_the_instances_translate_decodes_whatever_the_references(
     assert (tr.cfg.decode.max_len_a, tr.cfg.decode.max_len_b) != (1.7, 4)
     mod.with_decode(tr, argparse.Namespace(beam=None, lenpen=None, lenpen_style=None, max_len_a=1.7, max_len_b=4))
     assert (tr.cfg.decode.max_len_a, tr.cfg.decode.max_len_b, tr.cfg.decode.beam) == (1.7, 4, beam)
+    # the flags the queue passes (its DECODE) parse, and are what its translations were decoded with
+    import re
+    decode = re.search(r"^DECODE=\((.*)\)", (ROOT / "bench/tier_mfr.sh").read_text(), re.M).group(1).split()
+    args = mod.parser().parse_args(["RUN", "--src", "s", "--ref", "r", "--hyp", "h", "--other", "o", *decode])
+    mod.with_decode(tr, args)
+    want = dict(zip(decode[0:-1:2], decode[1::2]))
+    assert (tr.cfg.decode.beam, tr.cfg.decode.max_len_b) == (int(want["--beam"]), int(want["--max-len-b"]))
+    assert (tr.cfg.decode.max_len_a, tr.cfg.decode.lenpen) == (float(want["--max-len-a"]), float(want["--lenpen"]))
+    assert tr.cfg.decode.lenpen_style == want["--lenpen-style"]
 
 
 def test_suite_groups_count_a_choice_that_changes_with_the_context():
@@ -371,13 +380,13 @@ def test_suite_groups_count_a_choice_that_changes_with_the_context():
     ils, elles = "Ils sont là.", "Elles sont là."
     examples = [ex("the boys", ils, elles), ex("the girls", elles, ils), ex("the men", ils, elles),
                 ContrastiveExample("Alone.", [], [Candidate("Seul."), Candidate("Seule.")])]   # no group
-    blind = [{"scores": s} for s in ([-1.0, -3.0], [-3.0, -1.0], [-1.0, -3.0], [-1.0, -2.0])]
+    blind = [{"scores": s, "correct": 0} for s in ([-1.0, -3.0], [-3.0, -1.0], [-1.0, -3.0], [-1.0, -2.0])]
     report = mod.context_groups(examples, blind)
     assert report == {"groups": 1, "examples": 3, "context_sensitive": 0, "all_right": 0,
                       "median_half_range_nats": 0.0, "median_bias_nats": 2.0,
                       "median_effect_nats": 0.0, "effect_positive": 0, "effect_negative": 0,
                       "sign_test_p": 1.0}
-    reads = [{"scores": s} for s in ([-1.0, -3.0], [-1.5, -2.0], [-1.0, -2.5], [-1.0, -2.0])]
+    reads = [{"scores": s, "correct": 0} for s in ([-1.0, -3.0], [-1.5, -2.0], [-1.0, -2.5], [-1.0, -2.0])]
     report = mod.context_groups(examples, reads)     # "Elles" preferred after the girls only
     assert (report["context_sensitive"], report["all_right"]) == (1, 1)
     # differences (Elles - Ils) -2, +0.5, -1.5: half-range 1.25 > bias 0.75 (the choice flips);
@@ -387,7 +396,16 @@ def test_suite_groups_count_a_choice_that_changes_with_the_context():
     assert report["sign_test_p"] == 1.0                         # one group of one: no evidence
     assert mod.sign_test([1.0] * 9 + [-1.0])["sign_test_p"] == 22 / 1024   # 2 * (1 + 10) / 2^10
     assert mod.sign_test([1.0, 1e-4, -1e-4])["effect_negative"] == 0      # float noise is no effect
-    with pytest.raises(SystemExit, match="example 2 is not"):     # another suite's (or stale) scores
-        mod.context_groups(examples, reads[:1] + [{"scores": [-1.5, -2.0], "correct": 1}] + reads[2:])
-    with pytest.raises(SystemExit, match="3 scored examples"):
+    # another suite's (or a stale) scores file: each line must carry its example's answer and description
+    described = [ContrastiveExample(e.src, e.src_context, e.candidates, e.correct, {"block": str(i)})
+                 for i, e in enumerate(examples)]
+    lines = [dict(r, correct=0, block=str(i)) for i, r in enumerate(reads)]
+    assert mod.context_groups(described, lines)["groups"] == 1
+    with pytest.raises(ValueError, match="example 2 is not.*block"):
+        mod.context_groups(described, lines[:1] + [dict(lines[1], block="7")] + lines[2:])
+    with pytest.raises(ValueError, match="example 2 is not.*correct"):
+        mod.context_groups(described, lines[:1] + [dict(lines[1], correct=1)] + lines[2:])
+    with pytest.raises(ValueError, match="example 1 is not"):      # a line without them
+        mod.context_groups(described, [{"scores": r["scores"]} for r in reads])
+    with pytest.raises(ValueError, match="3 scored examples"):
         mod.context_groups(examples, reads[:3])
