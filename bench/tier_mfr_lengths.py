@@ -1,7 +1,10 @@
 """Output length and n-gram precisions of every scored Tier M-fr system on the validation sittings:
 how much of a BLEU difference is brevity (sacreBLEU's brevity penalty) and how much precision; and
 how many sentences repeat themselves (a 4-gram of words three or more times in one sentence), the
-looping that document models fall into on long instances.
+looping that document models fall into on long instances; and how many sentences are word for word
+the control's translation of one of the three sentences before them in their document (and not of
+their own sentence): a document model that translates a context sentence instead of its current
+one (exact copies only, so a lower bound).
 
     python bench/tier_mfr_lengths.py bench/results/tier_mfr ../shared/data/enfr/valid/hansard.fr \
         --out bench/results/tier_mfr/lengths.json
@@ -23,6 +26,33 @@ def sentences(path: Path) -> list[str]:
         return [line.rstrip("\n") for line in f if line.strip() != "<d>"]
 
 
+def documents(path: Path) -> list[list[str]]:
+    """The sentences of a <d>-marker file (plain or gzipped), one list per document."""
+    docs: list[list[str]] = []
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
+        for line in f:
+            if line.strip() == "<d>":
+                docs.append([])
+            else:
+                docs[-1].append(line.rstrip("\n"))
+    return docs
+
+
+def context_copies(hyp: list[list[str]], control: list[list[str]], back: int = 3) -> dict[str, int]:
+    """Per distance k = 1..back: the sentences of ``hyp`` equal to ``control``'s translation of the
+    sentence k before them in the same document (the nearest such k) while differing from
+    ``control``'s translation of their own sentence."""
+    counts = dict.fromkeys(map(str, range(1, back + 1)), 0)
+    for h_doc, c_doc in zip(hyp, control):
+        for i, (h, c) in enumerate(zip(h_doc, c_doc)):
+            if h == c:
+                continue
+            k = next((k for k in range(1, min(back, i) + 1) if c_doc[i - k] == h), None)
+            if k:
+                counts[str(k)] += 1
+    return counts
+
+
 def repeats(sentence: str, n: int = 4, times: int = 3) -> bool:
     """Whether some n-gram of whitespace words occurs at least `times` times in the sentence."""
     words = sentence.split()
@@ -40,6 +70,8 @@ def main() -> None:
     rows, bleu = {}, sacrebleu.BLEU()
     # each run's translation, and its decoding with the source's sentence count (as RUN.count)
     files = sorted(a.results.glob("*/valid.fr.gz")) + sorted(a.results.glob("*/valid.count.fr.gz"))
+    control = a.results / "control/valid.fr.gz"
+    control_docs = documents(control) if control.exists() else None
     for hyp_file in files:
         hyp = sentences(hyp_file)
         if len(hyp) != len(ref):
@@ -48,9 +80,12 @@ def main() -> None:
         name = hyp_file.parent.name + (".count" if ".count." in hyp_file.name else "")
         rows[name] = {"bleu": b.score, "length_ratio": b.sys_len / b.ref_len, "brevity_penalty": b.bp,
                       "precisions": b.precisions, "repeating_sentences": sum(map(repeats, hyp))}
+        if control_docs is not None:
+            rows[name]["control_context_copies"] = context_copies(documents(hyp_file), control_docs)
         print(f"{name:16s} BLEU {b.score:5.2f}  length ratio {b.sys_len / b.ref_len:.4f}  "
               f"BP {b.bp:.4f}  precisions {' / '.join(f'{p:.1f}' for p in b.precisions)}  "
-              f"repeating {rows[name]['repeating_sentences']}")
+              f"repeating {rows[name]['repeating_sentences']}" + (
+                  f"  context copies {sum(rows[name]['control_context_copies'].values())}" if control_docs else ""))
     a.out.write_text(json.dumps({"signature": str(bleu.get_signature()), "systems": rows}, indent=1))
 
 

@@ -231,6 +231,19 @@ def test_lengths_include_the_sentence_count_decoding_as_its_own_row(tmp_path):
     assert set(rows) == {"a", "a.count", "c"}
     assert rows["a.count"]["length_ratio"] == 1.0 and rows["a"]["length_ratio"] < 1.0
     assert (rows["a"]["repeating_sentences"], rows["c"]["repeating_sentences"]) == (0, 1)
+    assert "control_context_copies" not in rows["a"]      # no control among the results
+
+
+def test_a_context_sentence_translated_instead_of_the_current_one_is_counted():
+    """bench/tier_mfr_lengths.py: a sentence that is the control's translation of a sentence before
+    it in its document (not of its own) is a context copy, counted at its distance; never across
+    documents, never when the control translated both sentences alike."""
+    mod = bench_module("tier_mfr_lengths")
+    control = [["a", "b", "c", "d", "e"], ["f", "g"]]
+    hyp = [["a", "a", "a", "b", "b"], ["e", "g"]]   # copies 1, 2, 2 and 3 back; "e" is the other document's
+    assert mod.context_copies(hyp, control) == {"1": 1, "2": 2, "3": 1}
+    same = [["a", "a"]]                              # the control itself repeats: not a copy
+    assert mod.context_copies(same, same) == {"1": 0, "2": 0, "3": 0}
 
 
 def test_the_queue_and_the_table_test_each_run_against_the_same_second_baseline():
