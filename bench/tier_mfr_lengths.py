@@ -3,8 +3,8 @@ how much of a BLEU difference is brevity (sacreBLEU's brevity penalty) and how m
 how many sentences repeat themselves (a 4-gram of words three or more times in one sentence), the
 looping that document models fall into on long instances; and how many sentences are word for word
 the control's translation of one of the three sentences before them in their document (and not of
-their own sentence): a document model that translates a context sentence instead of its current
-one (exact copies only, so a lower bound).
+their own sentence), beside those equal to its translation of one of the three sentences after them
+(the level that chance, recurring lines such as speaker labels, and slipping sentence alignment give).
 
     python bench/tier_mfr_lengths.py bench/results/tier_mfr ../shared/data/enfr/valid/hansard.fr \
         --out bench/results/tier_mfr/lengths.json
@@ -33,23 +33,36 @@ def documents(path: Path) -> list[list[str]]:
         for line in f:
             if line.strip() == "<d>":
                 docs.append([])
+            elif not docs:
+                raise SystemExit(f"error: {path} does not start with a <d> line")
             else:
                 docs[-1].append(line.rstrip("\n"))
     return docs
 
 
 def context_copies(hyp: list[list[str]], control: list[list[str]], back: int = 3) -> dict[str, int]:
-    """Per distance k = 1..back: the sentences of ``hyp`` equal to ``control``'s translation of the
-    sentence k before them in the same document (the nearest such k) while differing from
-    ``control``'s translation of their own sentence."""
+    """Per distance k: the non-empty sentences of ``hyp`` equal to ``control``'s translation of the
+    sentence k before them in the same document (the nearest such k, 1..back) while differing from
+    ``control``'s translation of their own sentence; and, as the level that chance and slipping
+    sentence alignment give, those equal instead to the control's translation of one of the
+    ``back`` sentences after them ("following"). Documents whose sentence counts differ are left
+    out (counted in "documents_left_out")."""
     counts = dict.fromkeys(map(str, range(1, back + 1)), 0)
+    counts.update(following=0, documents_left_out=0)
+    if len(hyp) != len(control):
+        raise SystemExit(f"error: {len(hyp)} documents, the control has {len(control)}")
     for h_doc, c_doc in zip(hyp, control):
+        if len(h_doc) != len(c_doc):
+            counts["documents_left_out"] += 1
+            continue
         for i, (h, c) in enumerate(zip(h_doc, c_doc)):
-            if h == c:
+            if not h or h == c:
                 continue
             k = next((k for k in range(1, min(back, i) + 1) if c_doc[i - k] == h), None)
             if k:
                 counts[str(k)] += 1
+            elif h in c_doc[i + 1:i + 1 + back]:
+                counts["following"] += 1
     return counts
 
 
@@ -85,7 +98,8 @@ def main() -> None:
         print(f"{name:16s} BLEU {b.score:5.2f}  length ratio {b.sys_len / b.ref_len:.4f}  "
               f"BP {b.bp:.4f}  precisions {' / '.join(f'{p:.1f}' for p in b.precisions)}  "
               f"repeating {rows[name]['repeating_sentences']}" + (
-                  f"  context copies {sum(rows[name]['control_context_copies'].values())}" if control_docs else ""))
+                  f"  context copies {sum(v for k, v in rows[name]['control_context_copies'].items() if k.isdigit())}"
+                  f" (following {rows[name]['control_context_copies']['following']})" if control_docs else ""))
     a.out.write_text(json.dumps({"signature": str(bleu.get_signature()), "systems": rows}, indent=1))
 
 

@@ -241,9 +241,20 @@ def test_a_context_sentence_translated_instead_of_the_current_one_is_counted():
     mod = bench_module("tier_mfr_lengths")
     control = [["a", "b", "c", "d", "e"], ["f", "g"]]
     hyp = [["a", "a", "a", "b", "b"], ["e", "g"]]   # copies 1, 2, 2 and 3 back; "e" is the other document's
-    assert mod.context_copies(hyp, control) == {"1": 1, "2": 2, "3": 1}
+    zero = {"following": 0, "documents_left_out": 0}
+    assert mod.context_copies(hyp, control) == {"1": 1, "2": 2, "3": 1, **zero}
     same = [["a", "a"]]                              # the control itself repeats: not a copy
-    assert mod.context_copies(same, same) == {"1": 0, "2": 0, "3": 0}
+    assert mod.context_copies(same, same) == {"1": 0, "2": 0, "3": 0, **zero}
+    # the nearest distance counts; 4 back is beyond reach; a later sentence's is "following"
+    assert mod.context_copies([["x", "x", "x"]], [["x", "x", "y"]]) == {"1": 1, "2": 0, "3": 0, **zero}
+    nothing = {"1": 0, "2": 0, "3": 0, **zero}
+    assert mod.context_copies([["a", "b", "c", "d", "a"]], [["a", "b", "c", "d", "x"]]) == nothing   # 4 back
+    assert mod.context_copies([["", ""]], [["", "m"]]) == nothing             # an empty line is no copy
+    assert mod.context_copies([["q", "q", "r"]], [["p", "q", "r"]]) == {"1": 0, "2": 0, "3": 0, "following": 1,
+                                                                       "documents_left_out": 0}
+    # a document of another sentence count is left out, not compared line by line
+    assert mod.context_copies([["a", "a"], ["f", "f"]], [["a", "b", "c"], ["f", "g"]]) == {
+        "1": 1, "2": 0, "3": 0, "following": 0, "documents_left_out": 1}
 
 
 def test_the_queue_and_the_table_test_each_run_against_the_same_second_baseline():
