@@ -20,12 +20,6 @@ from pathlib import Path
 import sacrebleu
 
 
-def sentences(path: Path) -> list[str]:
-    """The lines of a <d>-marker file (plain or gzipped), without the document markers."""
-    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
-        return [line.rstrip("\n") for line in f if line.strip() != "<d>"]
-
-
 def documents(path: Path) -> list[list[str]]:
     """The sentences of a <d>-marker file (plain or gzipped), one list per document."""
     docs: list[list[str]] = []
@@ -79,27 +73,28 @@ def main() -> None:
     ap.add_argument("ref", type=Path, help="the validation references (<d>-marker file)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
-    ref = sentences(a.ref)
+    ref = [s for doc in documents(a.ref) for s in doc]
     rows, bleu = {}, sacrebleu.BLEU()
     # each run's translation, and its decoding with the source's sentence count (as RUN.count)
     files = sorted(a.results.glob("*/valid.fr.gz")) + sorted(a.results.glob("*/valid.count.fr.gz"))
     control = a.results / "control/valid.fr.gz"
     control_docs = documents(control) if control.exists() else None
     for hyp_file in files:
-        hyp = sentences(hyp_file)
+        hyp_docs = documents(hyp_file)
+        hyp = [s for doc in hyp_docs for s in doc]
         if len(hyp) != len(ref):
             continue
         b = bleu.corpus_score(hyp, [ref])
         name = hyp_file.parent.name + (".count" if ".count." in hyp_file.name else "")
         rows[name] = {"bleu": b.score, "length_ratio": b.sys_len / b.ref_len, "brevity_penalty": b.bp,
                       "precisions": b.precisions, "repeating_sentences": sum(map(repeats, hyp))}
+        copies = ""
         if control_docs is not None:
-            rows[name]["control_context_copies"] = context_copies(documents(hyp_file), control_docs)
+            c = rows[name]["control_context_copies"] = context_copies(hyp_docs, control_docs)
+            copies = f"  context copies {sum(v for k, v in c.items() if k.isdigit())} (following {c['following']})"
         print(f"{name:16s} BLEU {b.score:5.2f}  length ratio {b.sys_len / b.ref_len:.4f}  "
               f"BP {b.bp:.4f}  precisions {' / '.join(f'{p:.1f}' for p in b.precisions)}  "
-              f"repeating {rows[name]['repeating_sentences']}" + (
-                  f"  context copies {sum(v for k, v in rows[name]['control_context_copies'].items() if k.isdigit())}"
-                  f" (following {rows[name]['control_context_copies']['following']})" if control_docs else ""))
+              f"repeating {rows[name]['repeating_sentences']}{copies}")
     a.out.write_text(json.dumps({"signature": str(bleu.get_signature()), "systems": rows}, indent=1))
 
 
