@@ -107,6 +107,25 @@ def use_cudnn_attention(enabled: bool) -> None:
     torch.backends.cuda.enable_cudnn_sdp(enabled)
 
 
+_FLEX = {"enabled": True}
+
+
+def use_flex_attention(enabled: bool) -> None:
+    """Whether CUDA attention with a group or visibility mask may go through FlexAttention
+    (process-wide). FlexAttention is compiled in every new process (about 65-110 s on an H200 for
+    the first batch), which pays off on long instances (half the memory of a dense mask at 16K
+    tokens) but not in short runs of short instances: there the SDPA paths the CPU takes (group
+    attention block by block, other masks dense) do the same computation. ``train.flex_attention:
+    false`` turns it off; set by trainers and translators like :func:`use_cudnn_attention`."""
+    _FLEX["enabled"] = bool(enabled)
+
+
+def flex_wanted(q: Tensor, dropout: float) -> bool:
+    """Whether :func:`attention_sdpa` takes FlexAttention for ``q``: CUDA, no attention dropout,
+    not switched off."""
+    return q.is_cuda and dropout == 0.0 and _FLEX["enabled"]
+
+
 def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: float = 0.0) -> Tensor:
     """The same computation through ``torch.nn.functional.scaled_dot_product_attention``.
 
@@ -119,10 +138,10 @@ def attention_sdpa(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout: flo
         with torch.autocast("cpu", enabled=False):   # CPU's bf16 SDPA backward is ~3x slower
             return attention_sdpa(q.float(), k.float(), v.float(), spec, dropout).to(q.dtype)
     if spec.groups is not None and spec.bias is None and q.size(-2) > 1 and _key_level(spec.mask):
-        if q.is_cuda and dropout == 0.0:
+        if flex_wanted(q, dropout):
             return attention_flex(q, k, v, spec)
         return attention_grouped(q, k, v, spec, dropout)
-    if spec.visible is not None and q.is_cuda and dropout == 0.0 and spec.bias is None:
+    if spec.visible is not None and spec.bias is None and flex_wanted(q, dropout):
         return attention_flex(q, k, v, spec)
     if isinstance(spec.bias, RelativeLogits) and dropout == 0.0 and spec.groups is None:
         return attention_relative(q if spec.scale is None else q * spec.scale, k, v, spec)

@@ -66,6 +66,8 @@ class TrainConfig:
     cudnn_attention: bool = False  # let SDPA use cuDNN's fused attention on CUDA: it plans every new batch shape
                                    # anew (tenths of a second each), so with varied token batches it is off;
                                    # process-wide: the last trainer or translator built sets it
+    flex_attention: bool = True    # FlexAttention for masked attention on CUDA (compiled in each process, about a
+                                   # minute or more); false: the CPU's SDPA paths, the same computation; process-wide
 
 
 @dataclass

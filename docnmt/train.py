@@ -32,7 +32,7 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from . import methods
-from .attention import AttentionProbe, use_cudnn_attention
+from .attention import AttentionProbe, use_cudnn_attention, use_flex_attention
 from .checkpoint import (
     WEIGHTS,
     DirectoryLock,
@@ -239,6 +239,7 @@ class Trainer:
         if tc.threads > 0:
             torch.set_num_threads(tc.threads)
         use_cudnn_attention(tc.cudnn_attention)
+        use_flex_attention(tc.flex_attention)
         self.device = torch.device("cuda", self.dist.local_rank) if asked.type == "cuda" and asked.index is None \
             else asked
         self.progress_bar = progress_bar and self.dist.main

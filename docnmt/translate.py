@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import methods
-from .attention import use_cudnn_attention
+from .attention import use_cudnn_attention, use_flex_attention
 from .checkpoint import WEIGHTS, load_weights
 from .config import DECODE_PRECISIONS, Config
 from .data import Corpus, InstanceSet, model_inputs
@@ -75,6 +75,7 @@ class Translator:
         self.model, self.vocab, self.cfg = model.eval().to(device), vocab, cfg
         self.device = torch.device(device)
         use_cudnn_attention(cfg.train.cudnn_attention)   # decoding batches change shape too
+        use_flex_attention(cfg.train.flex_attention)
         self.joiner = methods.data_joiner(vocab, cfg.data)
         self.method = methods.get(cfg.method_name)
 

@@ -217,3 +217,37 @@ def test_attention_probe_self_distance_matches_its_definition():
     assert set(dist) == {"enc_self", "dec_self"} and set(meter.result()) == {"enc_self", "dec_self", "cross"}
     assert dist["enc_self"] == pytest.approx(float(gaps[0, :4].mean()))   # the pad query is left out
     assert dist["dec_self"] == pytest.approx(1.0)
+
+
+class _OnCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA: how attention_sdpa's CUDA dispatch is tested here."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def test_flex_attention_is_taken_on_cuda_unless_switched_off(monkeypatch):
+    """On CUDA a group mask goes to FlexAttention; ``use_flex_attention(False)`` (config
+    ``train.flex_attention: false``) sends it to the block-by-block SDPA path instead, with the
+    same result, and attention dropout never reaches FlexAttention."""
+    from docnmt import attention
+    taken = []
+    monkeypatch.setattr(attention, "attention_flex", lambda q, k, v, spec: taken.append("flex") or q)
+    tags = tags_rows([[1] * 8 + [2] * 12, [1] * 15])       # over 16 queries: not the decoding path
+    spec = AttnSpec(mask=tags.eq(0)[:, None, None, :], groups=(tags, tags))
+    q, k, v = (t.as_subclass(_OnCuda) for t in rand_qkv(nq=20, nk=20))
+    try:
+        attention.use_flex_attention(True)
+        attention_sdpa(q, k, v, spec)
+        assert taken == ["flex"]
+        attention_sdpa(q, k, v, spec, dropout=0.1)
+        attention.use_flex_attention(False)
+        out = attention_sdpa(q, k, v, spec)
+        assert taken == ["flex"]
+        torch.testing.assert_close(out.as_subclass(torch.Tensor),
+                                   attention_reference(*(t.as_subclass(torch.Tensor) for t in (q, k, v)), spec))
+    finally:
+        attention.use_flex_attention(True)
+    attention_sdpa(*rand_qkv(nq=20, nk=20), spec)        # a real CPU tensor never takes it
+    assert taken == ["flex"]

@@ -161,6 +161,26 @@ def test_cudnn_attention_is_off_unless_the_config_asks_for_it(data, tmp_path):
         torch.backends.cuda.enable_cudnn_sdp(before)
 
 
+def test_flex_attention_follows_the_config_of_the_last_trainer_or_translator(data, tmp_path):
+    """``train.flex_attention: false`` (for short GPU runs, where compiling FlexAttention in every
+    process costs more than it saves) reaches the attention dispatch through a trainer, and through
+    a translator from the model directory's config."""
+    from docnmt import attention
+    from docnmt.translate import load
+    try:
+        Trainer(tiny_config(max_update=1).override({"train.flex_attention": False}), data, tmp_path / "off",
+                progress_bar=False).train()
+        assert not attention._FLEX["enabled"]
+        Trainer(tiny_config(max_update=1), data, tmp_path / "on", progress_bar=False).train()
+        assert attention._FLEX["enabled"]
+        load(tmp_path / "off", device="cpu")
+        assert not attention._FLEX["enabled"]
+        load(tmp_path / "on", device="cpu")
+        assert attention._FLEX["enabled"]
+    finally:
+        attention.use_flex_attention(True)
+
+
 @pytest.mark.slow
 def test_compiled_training_matches_eager_and_does_not_recompile_for_every_batch_shape(
         data, tmp_path, strict_recompiles):
