@@ -1,7 +1,14 @@
-"""The Tier L stage of bench/gpu/run.py: a ``transformer_base`` Sent2Sent on Hansard, then
-G-Transformer fine-tuned from it, each for a fixed share of the stage's minutes; both scored on
-the carried validation sittings (s-/d-BLEU, paired bootstrap) and the Bawden and SCAT suites
-(exact McNemar), the G-Transformer against the sentence model.
+"""The Tier L stage of bench/gpu/run.py: a ``transformer_base`` Sent2Sent on Hansard (``sent``),
+then G-Transformer fine-tuned from it for a fixed share of the stage's minutes (``gt``), then the
+control: the sentence model continued from ``sent`` for as many updates as the G-Transformer made,
+with the same learning-rate schedule (``control``, the same budget as Tier M-fr's control). The
+G-Transformer takes the recipe that came closest to the control at Tier M-fr (positions
+restarting in each sentence, the copied weights at the full learning rate, no word dropout) and
+``train.flex_attention=false``: at ≤512-token instances the block-by-block attention needs no
+compiling, where FlexAttention's took 109 s of a short run's first update. The control and the
+G-Transformer are scored on the carried validation sittings (s-/d-BLEU and chrF, paired
+bootstrap) and the Bawden and SCAT suites (exact McNemar), the G-Transformer against the
+control; then, as time allows, the sentence model itself, and the control against it.
 
     python bench/gpu/tierl.py OUTDIR [--budget 240] [--dry-run]
 
@@ -27,8 +34,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-# shares of the stage budget: sentence model, G-Transformer; the rest decodes and scores
-SHARES = {"sent": 0.36, "gt": 0.18}
+# shares of the stage budget: sentence model, G-Transformer; the control then makes the G-Transformer's
+# number of updates (a sentence update costs less), the rest decodes and scores
+SHARES = {"sent": 0.30, "gt": 0.16}
 KEEP = ("config.yaml", "metrics.jsonl", "train.log", "learning_curve.png")
 
 
@@ -86,51 +94,82 @@ def main() -> int:
 
     minutes = {k: a.budget * v / 60 for k, v in SHARES.items()}
     size = (["--set", "model.d_model=64", "--set", "model.ffn_dim=128", "--set", "model.heads=4",
-             "--set", "model.encoder_layers=2", "--set", "model.decoder_layers=2", "--max-tokens", "1500",
-             "--max-update", str(a.dry_updates)] if a.dry_run else ["--max-tokens", "16384", "--max-update", "1000000"])
+             "--set", "model.encoder_layers=2", "--set", "model.decoder_layers=2", "--max-tokens", "1500"]
+            if a.dry_run else ["--max-tokens", "16384"])
+    timed = ["--max-update", str(a.dry_updates) if a.dry_run else "1000000"]     # the minutes decide
     common = ["--no-progress", "--precision", "bf16", "--set", "train.validate_interval_updates=0",
               "--set", "train.max_epoch=0", "--set", "train.patience=0", "--set", "train.log_interval=50"]
     trained = {"sent": step("train", data, "--arch", "transformer_base", "--save-dir", work / "sent",
                             "--max-minutes", minutes["sent"], "--lr", "1e-3", "--warmup-updates", "300",
-                            *size, *common)}
-    trained["gt"] = step("train", data, "--arch", "g_transformer_finetune_base", "--init-from", work / "sent",
-                         "--save-dir", work / "gt", "--max-minutes", minutes["gt"], "--warmup-updates", "100",
-                         # positions restart in each sentence: Tier M-fr measured the paper's document-wide
-                         # positions costing a sentence-trained model 1.35 bits/piece at the start
-                         # (bench/gt_positions.py)
-                         "--set", "method.sentence_positions=true", *size, *common, needs=trained["sent"])
+                            *size, *timed, *common)}
+    stage2 = ["--init-from", work / "sent", "--lr", "5e-4", "--warmup-updates", "100"]
+    # Tier M-fr's closest recipe to the control (docs/results.md): positions restarting in each
+    # sentence (the paper's document-wide ones cost a sentence-trained model 1.35 bits/piece at the
+    # start, bench/gt_positions.py), the copied weights at the full lr, no word dropout
+    trained["gt"] = step("train", data, "--arch", "g_transformer_finetune_base", "--save-dir", work / "gt",
+                         *stage2, "--max-minutes", minutes["gt"], "--set", "method.sentence_positions=true",
+                         "--pretrained-lr-scale", "1.0", "--word-dropout", "0", "--set", "train.flex_attention=false",
+                         *size, *timed, *common, needs=trained["sent"])
+    gt_updates = updates(work / "gt")
+    summary["control_updates"] = gt_updates
+    # the control: as many updates as the G-Transformer made, the same schedule
+    trained["control"] = step("train", data, "--arch", "transformer_base", "--save-dir", work / "control",
+                              *stage2, *size, "--max-update", max(gt_updates, 1), *common,
+                              needs=trained["gt"] and gt_updates > 0)
     decode = ["--beam", "5", "--lenpen", "1.0", "-q"]
-    translated = {}
-    for name in ("sent", "gt"):         # both models' BLEU first, then the suites
+    translated: dict[str, bool] = {}
+
+    def translate(name: str, against: str | None) -> None:
         hyp = work / name / "valid.fr"
         translated[name] = step("translate", work / name, "-i", f"{valid}.en", "-o", hyp, "--report",
                                 work / name / "valid.coverage.json", *decode, needs=trained[name])
-        against = ["--compare", work / "sent/valid.fr"] if name == "gt" and translated["sent"] else []
-        step("evaluate", "--hyp", hyp, "--ref", f"{valid}.fr", *against, "--json", work / name / "valid.json",
+        compare = ["--compare", work / against / "valid.fr"] if against and translated.get(against) else []
+        step("evaluate", "--hyp", hyp, "--ref", f"{valid}.fr", *compare, "--json", work / name / "valid.json",
              needs=translated[name])
-    for name in ("sent", "gt"):
+
+    def suites_of(name: str, against: str | None) -> None:
         for suite in (suites / "bawden/anaphora.json", suites / "bawden/lexical-choice.json",
                       suites / "scat_yin2021_enfr"):
             s = suite.name.removesuffix(".json")
-            base = work / f"sent/{s}.scores.jsonl"
-            against = ["--against", base] if name == "gt" and base.exists() else []
+            base = work / f"{against}/{s}.scores.jsonl" if against else None
+            versus = ["--against", base] if base and base.exists() else []
             step("score-contrastive", work / name, suite, "-q", "--json", work / name / f"{s}.json",
-                 "--scores", work / name / f"{s}.scores.jsonl", *against, needs=trained[name])
-    for name in ("sent", "gt"):
+                 "--scores", work / name / f"{s}.scores.jsonl", *versus, needs=trained[name])
+
+    # what the target needs first (the G-Transformer against the control), the sentence model last
+    translate("control", None)
+    translate("gt", "control")
+    suites_of("control", None)
+    suites_of("gt", "control")
+    translate("sent", None)
+    if translated.get("sent") and translated.get("control"):      # what the control's extra updates bought
+        step("evaluate", "--hyp", work / "control/valid.fr", "--ref", f"{valid}.fr", "--compare",
+             work / "sent/valid.fr", "--json", work / "control/valid.vs_sent.json")
+    for name in ("sent", "gt", "control"):
         model = work / name
         row = {}
-        for f in ("valid.json", "anaphora.json", "lexical-choice.json", "scat_yin2021_enfr.json"):
+        for f in ("valid.json", "valid.vs_sent.json", "anaphora.json", "lexical-choice.json",
+                  "scat_yin2021_enfr.json"):
             if (model / f).exists():
                 row[f.removesuffix(".json")] = json.loads((model / f).read_text())
+        row["updates"] = updates(model)
         metrics = model / "metrics.jsonl"
         if metrics.exists():
             rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-            row["updates"] = max((r.get("updates", 0) for r in rows), default=0)
             row["last_valid"] = next((r for r in reversed(rows) if "valid_loss" in r), None)
         summary[name] = row
     summary["minutes"] = minutes
     save()
     return 0
+
+
+def updates(model: Path) -> int:
+    """The updates a run made (its metrics' last count; 0 when it has none)."""
+    metrics = model / "metrics.jsonl"
+    if not metrics.exists():
+        return 0
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return max((r.get("updates", 0) for r in rows), default=0)
 
 
 if __name__ == "__main__":

@@ -50,9 +50,17 @@ def test_dry_run_runs_every_stage_and_reports_every_figure(tmp_path):
     t = stages["tierl"]
     assert t["ok"] and all(step["rc"] == 0 for step in t["steps"])
     assert "d_bleu" in t["gt"]["valid"] and "bootstrap" in json.dumps(t["gt"]["valid"]) and "anaphora" in t["gt"]
+    # the control: the sentence model continued for the G-Transformer's updates, what the G-Transformer is tested against
+    assert t["control"]["updates"] == t["gt"]["updates"] == t["control_updates"] > 0
+    assert "bootstrap" in json.dumps(t["control"]["valid.vs_sent"]) and "bootstrap" not in json.dumps(t["control"]["valid"])
+    assert all(t["gt"][s]["against"] for s in ("anaphora", "lexical-choice", "scat_yin2021_enfr"))
     with tarfile.open(tmp_path / "tierl.tar.gz") as tar:
         names = set(tar.getnames())
-    assert {"sent/valid.fr", "gt/valid.fr", "gt/valid.json", "gt/anaphora.scores.jsonl", "sent/config.yaml"} <= names
+        configs = {n: tar.extractfile(f"{n}/config.yaml").read().decode() for n in ("gt", "control")}
+    assert {"sent/valid.fr", "gt/valid.fr", "gt/valid.json", "gt/anaphora.scores.jsonl", "sent/config.yaml",
+            "control/valid.fr", "control/anaphora.scores.jsonl"} <= names
+    assert "flex_attention: false" in configs["gt"] and "word_dropout: 0.0" in configs["gt"]
+    assert all("lr: 0.0005" in c and "warmup_updates: 100" in c for c in configs.values())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt", "results.json", "tierl.tar.gz"]
 
 
