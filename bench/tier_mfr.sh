@@ -37,7 +37,8 @@
 # the weights of the control, G-Transformer and the best other document model as fp16
 # safetensors there too, and stage 1's weights (fp16) that every stage-2 run starts from. If runs/
 # is lost (a fresh checkout), the queue goes on from what was kept: stage 2 from the kept stage-1
-# weights, skipping every run already scored.
+# weights, skipping every run already scored; a run trained but not yet scored is scored from the
+# fp16 weights kept when its training ended (weights_restored.json says so in its kept results).
 # Usage (from anywhere):   (nohup setsid bash bench/tier_mfr.sh > runs/tier_mfr/queue.log 2>&1 &)
 #   ONLY="control gt"   restrict stage 2 / scoring to these runs;  TRAIN_ONLY=1  skip decoding/scoring
 #   RETRAIN="pt"        train and score these runs again although their scores are kept (not stage 1:
@@ -162,9 +163,13 @@ score() {   # translate and score one trained run (the control's first: the othe
 }
 
 keep_if_best() {   # the best other document model's weights (tier_mfr_table.py --best-other), kept as soon
-  # as it is scored, since runs/ may be lost before the queue ends; a model it displaces loses its weights
+  # as it is scored, since runs/ may be lost before the queue ends; a model it displaces loses its weights,
+  # and so does a scored run that is not the best (its weights were kept only until it was scored)
   local name=$1 dir
-  [ "$(python bench/tier_mfr_table.py --best-other "$KEEP")" = "$name" ] || return 0
+  if [ "$(python bench/tier_mfr_table.py --best-other "$KEEP")" != "$name" ]; then
+    case $name in control|gt) ;; *) rm -f "$KEEP/$name"/{model.safetensors,spm.model,vocab.json};; esac
+    return 0
+  fi
   python bench/tier_mfr_keep.py --weights --started-from "$S1W" "$R/$name" "$KEEP/$name"
   for dir in "$KEEP"/*/; do
     dir=${dir%/}
@@ -188,11 +193,18 @@ for name in $RUNS; do
      && python bench/tier_mfr_keep.py --restore --started-from "$S1W" "$KEEP/$name" "$R/$name"; then
     continue
   fi
+  # trained to the end before runs/ was lost, but not scored: its kept weights come back and are scored
+  if [ $retrain = 1 ] && [ -f "$R/$name/weights_restored.json" ]; then rm -rf "${R:?}/$name"; fi
+  if [ ! -f "$R/$name/config.yaml" ] && [ $retrain = 0 ] \
+     && python bench/tier_mfr_keep.py --restore-trained --started-from "$S1W" "$KEEP/$name" "$R/$name"; then :; fi
   [ -f "$R/$name/config.yaml" ] || rm -rf "${R:?}/$name"     # files restored earlier, not a run
-  # shellcheck disable=SC2086
-  step docnmt train "$DATA" ${ARCH[$name]} --save-dir "$R/$name" "${FT[@]}"
-  weights=(); case $name in control|gt) weights=(--weights);; esac    # kept at once: published weights
-  python bench/tier_mfr_keep.py "${weights[@]}" --started-from "$S1W" "$R/$name" "$KEEP/$name"
+  if [ ! -f "$R/$name/weights_restored.json" ]; then
+    # shellcheck disable=SC2086
+    step docnmt train "$DATA" ${ARCH[$name]} --save-dir "$R/$name" "${FT[@]}"
+    # every run's weights kept (fp16) as soon as it is trained: a lost runs/ then costs its scoring, not its
+    # training; a run's are removed once it is scored, unless published (control, gt) or the best other
+    python bench/tier_mfr_keep.py --weights --started-from "$S1W" "$R/$name" "$KEEP/$name"
+  fi
   if [ "${TRAIN_ONLY:-0}" != 1 ]; then score "$name"; keep_if_best "$name"; fi   # (not `||`: set -e must hold inside)
 done
 [ "${TRAIN_ONLY:-0}" = 1 ] && exit 0

@@ -8,6 +8,7 @@ plus the vocabulary, so ``docnmt translate KEPT_DIR`` works (--fp32: the weights
     python bench/tier_mfr_keep.py [--weights [--fp32]] [--started-from W] RUN_DIR KEPT_DIR
     python bench/tier_mfr_keep.py --scores-only --started-from W RUN_DIR KEPT_DIR
     python bench/tier_mfr_keep.py --restore [--scores-only] --started-from W KEPT_DIR RUN_DIR
+    python bench/tier_mfr_keep.py --restore-trained --started-from W KEPT_DIR RUN_DIR
 
 --started-from W records the SHA-256 of the weights W a stage-2 run was fine-tuned from (the
 kept stage-1 model) as started_from.sha256. --restore is for a queue whose runs/ was lost: when
@@ -17,6 +18,9 @@ compared with (valid.fr, the suites' scores) back into RUN_DIR and exits 0; othe
 --scores-only is for a model scored but not trained by the queue (stage 1, scored as a system
 beside the others): only its score files, translation and suite scores are kept (W is then the
 scored weights themselves), and --restore needs no CXMI.
+--restore-trained is for a run trained to its last update whose scoring runs/ lost: the queue
+keeps every run's weights (fp16) as soon as it is trained, and this puts them back as a model
+directory to score (weights_restored.json marks it), exit 1 when there is none.
 """
 from __future__ import annotations
 
@@ -36,7 +40,9 @@ SCORES = tuple(f"{s}.json" for s in SUITES) + ("valid.json", "valid.coverage.jso
 COUNT = ("valid.count.json", "valid.count.coverage.json")
 COMPARED = tuple(f"{s}.scores.jsonl" for s in SUITES)   # what the next runs are tested against
 AGAINST = "valid.vs_*.json"   # tests against a second baseline (tier_mfr.sh ALSO), one file per baseline
-FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png") + SCORES + COUNT + COMPARED
+RESTORED = "weights_restored.json"    # a run scored from its kept (fp16) weights after runs/ was lost
+FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png", RESTORED) + SCORES + COUNT + COMPARED
+MODEL = ("config.yaml", "metrics.jsonl", "model.safetensors", "vocab.json")   # what a kept trained run needs
 
 
 def training_time(log: Path, max_gap: float = 1800.0) -> dict:
@@ -133,6 +139,35 @@ def restore(kept: Path, run: Path, started_from: Path, scores_only: bool = False
     return True
 
 
+def restore_trained(kept: Path, run: Path, started_from: Path) -> bool:
+    """Put a kept run that was trained to its last update, from the same ``started_from``, back
+    into ``run`` from its kept weights (fp16) and vocabulary, so that a queue whose runs/ was lost
+    scores it instead of training it again; ``run/weights_restored.json`` says so and is kept with
+    its scores. False when ``kept`` has no such run (no weights, other stage-1 weights, or its
+    metrics stop before the configured last update)."""
+    import yaml
+    if (run / "config.yaml").exists():
+        raise SystemExit(f"restore: {run} holds a run; nothing restored")
+    if not all((kept / n).exists() for n in MODEL + ("started_from.sha256",)):
+        return False
+    if (kept / "started_from.sha256").read_text().strip() != sha256(started_from):
+        print(f"restore: {kept} started from other weights than {started_from}: trained again")
+        return False
+    last = max((json.loads(line).get("updates", 0) for line in (kept / "metrics.jsonl").read_text().splitlines()
+                if line.strip()), default=0)
+    wanted = ((yaml.safe_load((kept / "config.yaml").read_text()) or {}).get("train") or {}).get("max_update", 0)
+    if not wanted or last < wanted:
+        print(f"restore: {kept} was kept at update {last} of {wanted or '?'}: trained again")
+        return False
+    run.mkdir(parents=True, exist_ok=True)
+    for name in MODEL + ("spm.model", "bpe.codes", "bpe.vocab.json", "learning_curve.png", "dls_lengths.png"):
+        if (kept / name).exists():
+            shutil.copy2(kept / name, run / name)
+    (run / RESTORED).write_text(json.dumps({"weights": "model.safetensors kept in fp16", "updates": last}) + "\n")
+    print(f"restored {run} from {kept}'s weights (trained to update {last}): it is scored, not trained again")
+    return True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", type=Path)
@@ -142,7 +177,13 @@ def main() -> None:
     ap.add_argument("--started-from", type=Path, metavar="W", help="the weights a stage-2 run started from")
     ap.add_argument("--restore", action="store_true", help="the other way: KEPT_DIR RUN_DIR (see above)")
     ap.add_argument("--scores-only", action="store_true", help="a model scored, not trained, by the queue")
+    ap.add_argument("--restore-trained", action="store_true",
+                    help="KEPT_DIR RUN_DIR: a run trained to the end, not yet scored, from its kept weights")
     a = ap.parse_args()
+    if a.restore_trained:
+        if not a.started_from:
+            ap.error("--restore-trained needs --started-from")
+        sys.exit(0 if restore_trained(a.run, a.dest, a.started_from) else 1)
     if a.restore:
         if not a.started_from:
             ap.error("--restore needs --started-from")

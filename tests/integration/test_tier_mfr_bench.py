@@ -83,6 +83,44 @@ def test_a_run_not_fully_scored_is_not_restored_and_a_trained_run_is_never_overw
     assert (run / "valid.fr").read_bytes() == before
 
 
+def trained_run(d: Path, last: int, max_update: int = 100) -> Path:
+    """A run directory trained to update ``last`` of ``max_update``, nothing scored."""
+    d.mkdir()
+    (d / "config.yaml").write_text(f"model: {{}}\ntrain:\n  max_update: {max_update}\n")
+    (d / "metrics.jsonl").write_text("".join(f'{{"updates": {u}, "loss": 2.0}}\n' for u in range(50, last + 1, 50)))
+    (d / "train.log").write_text('2026-01-01 00:00:00,000 INFO {"updates": 50, "loss": 3.0}\n'
+                                 '2026-01-01 00:01:40,000 INFO {"updates": 100, "loss": 2.0}\n')
+    (d / "vocab.json").write_text("{}")
+    (d / "spm.model").write_bytes(b"spm")
+    save_file({"w": torch.tensor([1.0 + 2 ** -12, 2.0])}, str(d / "model.safetensors"))
+    return d
+
+
+def test_a_run_trained_but_not_scored_comes_back_from_its_kept_weights(tmp_path):
+    """The queue keeps every run's weights when its training ends; when runs/ is lost before the
+    run is scored, --restore-trained puts it back as a model directory (marked as restored from
+    fp16 weights) instead of it being trained again, but only a run trained to its last update
+    from the same stage 1, and never over a run."""
+    s1, kept, lost = stage1(tmp_path), tmp_path / "kept", tmp_path / "lost"
+    assert keep("--weights", "--started-from", s1, trained_run(tmp_path / "run", 100), kept).returncode == 0
+    assert keep("--restore", "--started-from", s1, kept, lost).returncode == 1        # not scored
+    assert keep("--restore-trained", "--started-from", stage1(tmp_path, 0.25), kept, lost).returncode == 1
+    assert not lost.exists()
+    proc = keep("--restore-trained", "--started-from", s1, kept, lost)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in lost.iterdir()} >= {"config.yaml", "metrics.jsonl", "model.safetensors", "vocab.json",
+                                                "spm.model", "weights_restored.json"}
+    assert load_file(str(lost / "model.safetensors"))["w"][0].item() == 1.0             # the fp16 copy
+    assert keep("--restore-trained", "--started-from", s1, kept, lost).returncode != 0   # a run is there now
+    (lost / "valid.json").write_text("{}")                    # scored, kept again as the queue does
+    assert keep("--started-from", s1, lost, kept).returncode == 0
+    assert (kept / "weights_restored.json").exists() and '"seconds": 100.0' in (kept / "training_time.json").read_text()
+    half = tmp_path / "kept_half"                            # kept at update 50 of 100: trained again
+    keep("--weights", "--started-from", s1, trained_run(tmp_path / "half", 50), half)
+    assert keep("--restore-trained", "--started-from", s1, half, tmp_path / "lost_half").returncode == 1
+    assert not (tmp_path / "lost_half").exists()
+
+
 def test_stage_one_weights_are_kept_as_trained(tmp_path):
     run = scored_run(tmp_path / "run")
     keep("--weights", "--fp32", run, tmp_path / "kept")
