@@ -38,7 +38,9 @@
 # safetensors there too, and stage 1's weights (fp16) that every stage-2 run starts from. If runs/
 # is lost (a fresh checkout), the queue goes on from what was kept: stage 2 from the kept stage-1
 # weights, skipping every run already scored; a run trained but not yet scored is scored from the
-# fp16 weights kept when its training ended (weights_restored.json says so in its kept results).
+# fp16 weights kept when its training ended (weights_restored.json says so in its kept results, and
+# tier_mfr_table.py in its row). Those weights (15 MB) outlive a fresh checkout only if committed:
+# commit them when a run's training ends in a session that will not see its scoring through.
 # Usage (from anywhere):   (nohup setsid bash bench/tier_mfr.sh > runs/tier_mfr/queue.log 2>&1 &)
 #   ONLY="control gt"   restrict stage 2 / scoring to these runs;  TRAIN_ONLY=1  skip decoding/scoring
 #   RETRAIN="pt"        train and score these runs again although their scores are kept (not stage 1:
@@ -165,8 +167,10 @@ score() {   # translate and score one trained run (the control's first: the othe
 keep_if_best() {   # the best other document model's weights (tier_mfr_table.py --best-other), kept as soon
   # as it is scored, since runs/ may be lost before the queue ends; a model it displaces loses its weights,
   # and so does a scored run that is not the best (its weights were kept only until it was scored)
-  local name=$1 dir
-  if [ "$(python bench/tier_mfr_table.py --best-other "$KEEP")" != "$name" ]; then
+  local name=$1 dir best
+  best=$(python bench/tier_mfr_table.py --best-other "$KEEP") \
+    || { echo "== the best other document model could not be found; every kept weight stays"; return 0; }
+  if [ "$best" != "$name" ]; then
     case $name in control|gt) ;; *) rm -f "$KEEP/$name"/{model.safetensors,spm.model,vocab.json};; esac
     return 0
   fi

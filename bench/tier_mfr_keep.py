@@ -90,6 +90,8 @@ def keep(run: Path, dest: Path, weights: bool, fp32: bool = False, started_from:
     dest.mkdir(parents=True, exist_ok=True)
     if started_from:
         (dest / "started_from.sha256").write_text(sha256(started_from) + "\n")
+    if not scores_only and not (run / RESTORED).exists():
+        (dest / RESTORED).unlink(missing_ok=True)          # trained again (RETRAIN): no longer from fp16 weights
     against = tuple(p.name for p in sorted(run.glob(AGAINST)))
     for name in ((SCORES + COUNT + COMPARED) if scores_only else FILES) + against:
         if (run / name).exists():

@@ -105,14 +105,21 @@ def rows(root: Path) -> list[list[str]]:
     return out
 
 
+def system_name(root: Path, name: str) -> str:
+    """A run's row label; a run scored from its kept fp16 weights (tier_mfr_keep.py
+    --restore-trained, after runs/ was lost) says so."""
+    restored = (root / name / "weights_restored.json").exists()
+    return NAMES.get(name, name) + (" [scored from its fp16 weights]" if restored else "")
+
+
 def decodings(root: Path, name: str):
     """``(scores, coverage, row label)`` of each decoding of run ``name``: its own, then the one
     with the source's sentence count forced where the queue made it."""
     run = root / name
-    yield load(run / "valid.json"), load(run / "valid.coverage.json"), NAMES.get(name, name)
+    yield load(run / "valid.json"), load(run / "valid.coverage.json"), system_name(root, name)
     if (run / "valid.count.json").exists():
         yield load(run / "valid.count.json"), load(run / "valid.count.coverage.json"), \
-            f"{NAMES.get(name, name)}, {COUNTED}"
+            f"{system_name(root, name)}, {COUNTED}"
 
 
 HEADER = ["system", "updates", "training", "valid NLL (bits)", "s-BLEU (Δ, p)", "d-BLEU (Δ, p)", "s-chrF (Δ, p)",
@@ -146,7 +153,7 @@ def context_rows(root: Path) -> list[list[str]]:
         v = last_valid(root / name)
         entropy = cx.get("entropy_bits") or {k[len("valid_entropy_"):]: x for k, x in v.items()
                                               if k.startswith("valid_entropy_")}
-        out.append([NAMES.get(name, name),
+        out.append([system_name(root, name),
                     f"{cx['cxmi_bits_per_token']:+.4f}" if cx else "–",
                     f"{100 * cx['sentences_more_likely_with_context']:.1f}%" if cx else "–",
                     kind_cell(cx.get("context_share", {}), lambda x: f"{100 * x:.1f}%", "context gates") if cx else "–",

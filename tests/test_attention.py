@@ -247,7 +247,14 @@ def test_flex_attention_is_taken_on_cuda_unless_switched_off(monkeypatch):
         assert taken == ["flex"]
         torch.testing.assert_close(out.as_subclass(torch.Tensor),
                                    attention_reference(*(t.as_subclass(torch.Tensor) for t in (q, k, v)), spec))
+        causal = torch.ones(20, 20, dtype=torch.bool).triu(1)       # DocFlat's masks come as `visible` too
+        flat = AttnSpec(mask=causal, visible=lambda b, h, i, j: j <= i)
+        attention_sdpa(q, k, v, flat)
+        assert taken == ["flex"]
+        attention.use_flex_attention(True)
+        attention_sdpa(q, k, v, flat)
+        assert taken == ["flex", "flex"]
     finally:
         attention.use_flex_attention(True)
     attention_sdpa(*rand_qkv(nq=20, nk=20), spec)        # a real CPU tensor never takes it
-    assert taken == ["flex"]
+    assert taken == ["flex", "flex"]

@@ -1,7 +1,8 @@
 """The Tier L stage of bench/gpu/run.py: a ``transformer_base`` Sent2Sent on Hansard (``sent``),
 then G-Transformer fine-tuned from it for a fixed share of the stage's minutes (``gt``), then the
 control: the sentence model continued from ``sent`` for as many updates as the G-Transformer made,
-with the same learning-rate schedule (``control``, the same budget as Tier M-fr's control). The
+with the same learning-rate schedule and tokens per update (``control``: the same budget, as
+Tier M-fr's control). The
 G-Transformer takes the recipe that came closest to the control at Tier M-fr (positions
 restarting in each sentence, the copied weights at the full learning rate, no word dropout) and
 ``train.flex_attention=false``: at ≤512-token instances the block-by-block attention needs no
@@ -36,7 +37,7 @@ ROOT = HERE.parents[1]
 
 # shares of the stage budget: sentence model, G-Transformer; the control then makes the G-Transformer's
 # number of updates (a sentence update costs less), the rest decodes and scores
-SHARES = {"sent": 0.30, "gt": 0.16}
+SHARES = {"sent": 0.30, "gt": 0.15}
 KEEP = ("config.yaml", "metrics.jsonl", "train.log", "learning_curve.png")
 
 
@@ -97,19 +98,24 @@ def main() -> int:
              "--set", "model.encoder_layers=2", "--set", "model.decoder_layers=2", "--max-tokens", "1500"]
             if a.dry_run else ["--max-tokens", "16384"])
     timed = ["--max-update", str(a.dry_updates) if a.dry_run else "1000000"]     # the minutes decide
+    # (the dry run's G-Transformer stops earlier than the sentence model, so that the control's count
+    # is visibly the G-Transformer's)
+    gt_timed = ["--max-update", str(max(1, a.dry_updates - 3))] if a.dry_run else timed
     common = ["--no-progress", "--precision", "bf16", "--set", "train.validate_interval_updates=0",
               "--set", "train.max_epoch=0", "--set", "train.patience=0", "--set", "train.log_interval=50"]
     trained = {"sent": step("train", data, "--arch", "transformer_base", "--save-dir", work / "sent",
                             "--max-minutes", minutes["sent"], "--lr", "1e-3", "--warmup-updates", "300",
                             *size, *timed, *common)}
-    stage2 = ["--init-from", work / "sent", "--lr", "5e-4", "--warmup-updates", "100"]
+    # one batch of --max-tokens per update for both (the G-Transformer presets accumulate 4 batches
+    # of 4,096 tokens, the paper's 16K per update: here one batch of 16K is that)
+    stage2 = ["--init-from", work / "sent", "--lr", "5e-4", "--warmup-updates", "100", "--update-freq", "1"]
     # Tier M-fr's closest recipe to the control (docs/results.md): positions restarting in each
     # sentence (the paper's document-wide ones cost a sentence-trained model 1.35 bits/piece at the
     # start, bench/gt_positions.py), the copied weights at the full lr, no word dropout
     trained["gt"] = step("train", data, "--arch", "g_transformer_finetune_base", "--save-dir", work / "gt",
                          *stage2, "--max-minutes", minutes["gt"], "--set", "method.sentence_positions=true",
                          "--pretrained-lr-scale", "1.0", "--word-dropout", "0", "--set", "train.flex_attention=false",
-                         *size, *timed, *common, needs=trained["sent"])
+                         *size, *gt_timed, *common, needs=trained["sent"])
     gt_updates = updates(work / "gt")
     summary["control_updates"] = gt_updates
     # the control: as many updates as the G-Transformer made, the same schedule

@@ -52,6 +52,7 @@ def test_dry_run_runs_every_stage_and_reports_every_figure(tmp_path):
     assert "d_bleu" in t["gt"]["valid"] and "bootstrap" in json.dumps(t["gt"]["valid"]) and "anaphora" in t["gt"]
     # the control (the sentence model continued for the G-Transformer's updates), what it is tested against
     assert t["control"]["updates"] == t["gt"]["updates"] == t["control_updates"] > 0
+    assert t["gt"]["updates"] != t["sent"]["updates"]         # so the count is the G-Transformer's
     assert "bootstrap" in json.dumps(t["control"]["valid.vs_sent"])
     assert "bootstrap" not in json.dumps(t["control"]["valid"])
     assert all(t["gt"][s]["against"] for s in ("anaphora", "lexical-choice", "scat_yin2021_enfr"))
@@ -60,8 +61,11 @@ def test_dry_run_runs_every_stage_and_reports_every_figure(tmp_path):
         configs = {n: tar.extractfile(f"{n}/config.yaml").read().decode() for n in ("gt", "control")}
     assert {"sent/valid.fr", "gt/valid.fr", "gt/valid.json", "gt/anaphora.scores.jsonl", "sent/config.yaml",
             "control/valid.fr", "control/anaphora.scores.jsonl"} <= names
-    assert "flex_attention: false" in configs["gt"] and "word_dropout: 0.0" in configs["gt"]
-    assert all("lr: 0.0005" in c and "warmup_updates: 100" in c for c in configs.values())
+    lines = {n: set(c.splitlines()) for n, c in configs.items()}
+    assert {"  flex_attention: false", "  word_dropout: 0.0", "  pretrained_lr_scale: 1.0",
+            "  sentence_positions: true"} <= lines["gt"]
+    for n in ("gt", "control"):           # the same schedule and tokens per update
+        assert {"  lr: 0.0005", "  warmup_updates: 100", "  update_freq: 1", "  max_tokens: 1500"} <= lines[n], n
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt", "results.json", "tierl.tar.gz"]
 
 

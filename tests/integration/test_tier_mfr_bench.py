@@ -115,6 +115,9 @@ def test_a_run_trained_but_not_scored_comes_back_from_its_kept_weights(tmp_path)
     (lost / "valid.json").write_text("{}")                    # scored, kept again as the queue does
     assert keep("--started-from", s1, lost, kept).returncode == 0
     assert (kept / "weights_restored.json").exists() and '"seconds": 100.0' in (kept / "training_time.json").read_text()
+    assert "fp16" in bench_module().system_name(tmp_path, "kept")           # its table rows say so
+    keep("--weights", "--started-from", s1, trained_run(tmp_path / "again", 100), kept)   # RETRAIN: as trained
+    assert not (kept / "weights_restored.json").exists() and "fp16" not in bench_module().system_name(tmp_path, "kept")
     half = tmp_path / "kept_half"                            # kept at update 50 of 100: trained again
     keep("--weights", "--started-from", s1, trained_run(tmp_path / "half", 50), half)
     assert keep("--restore-trained", "--started-from", s1, half, tmp_path / "lost_half").returncode == 1
