@@ -145,7 +145,8 @@ def restore_trained(kept: Path, run: Path, started_from: Path) -> bool:
     """Put a kept run that was trained to its last update, from the same ``started_from``, back
     into ``run`` from its kept weights (fp16) and vocabulary, so that a queue whose runs/ was lost
     scores it instead of training it again; ``run/weights_restored.json`` says so and is kept with
-    its scores. False when ``kept`` has no such run (no weights, other stage-1 weights, or its
+    its scores. Any of its scoring already kept (a translation, score files) comes back too, so
+    the queue does only the rest. False when ``kept`` has no such run (no weights, other stage-1 weights, or its
     metrics stop before the configured last update)."""
     import yaml
     if (run / "config.yaml").exists():
@@ -162,9 +163,15 @@ def restore_trained(kept: Path, run: Path, started_from: Path) -> bool:
         print(f"restore: {kept} was kept at update {last} of {wanted or '?'}: trained again")
         return False
     run.mkdir(parents=True, exist_ok=True)
-    for name in MODEL + ("spm.model", "bpe.codes", "bpe.vocab.json", "learning_curve.png", "dls_lengths.png"):
+    for name in MODEL + ("spm.model", "bpe.codes", "bpe.vocab.json", "learning_curve.png", "dls_lengths.png") \
+            + SCORES + COUNT + COMPARED:         # and whatever of its scoring was kept: only the rest is done again
         if (kept / name).exists():
             shutil.copy2(kept / name, run / name)
+    for translation in ("valid.fr", "valid.count.fr"):
+        if (kept / f"{translation}.gz").exists():
+            with gzip.open(kept / f"{translation}.gz", "rb") as g, open(run / translation, "wb") as f:
+                shutil.copyfileobj(g, f)
+            os.utime(run / translation, (0, 0))      # older than the scores kept with it (tier_mfr.sh's newer())
     (run / RESTORED).write_text(json.dumps({"weights": "model.safetensors kept in fp16", "updates": last}) + "\n")
     print(f"restored {run} from {kept}'s weights (trained to update {last}): it is scored, not trained again")
     return True

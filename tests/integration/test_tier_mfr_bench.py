@@ -111,6 +111,15 @@ def test_a_run_trained_but_not_scored_comes_back_from_its_kept_weights(tmp_path)
     assert {p.name for p in lost.iterdir()} >= {"config.yaml", "metrics.jsonl", "model.safetensors", "vocab.json",
                                                 "spm.model", "weights_restored.json"}
     assert load_file(str(lost / "model.safetensors"))["w"][0].item() == 1.0             # the fp16 copy
+    assert not (lost / "valid.fr").exists()
+    part, part_kept = tmp_path / "part", tmp_path / "part_kept"   # kept halfway through its scoring: that comes back
+    trained_run(part, 100)
+    (part / "valid.fr").write_text("une phrase\n")
+    (part / "valid.json").write_text("{}")
+    keep("--weights", "--started-from", s1, part, part_kept)
+    assert keep("--restore-trained", "--started-from", s1, part_kept, tmp_path / "part_lost").returncode == 0
+    assert (tmp_path / "part_lost/valid.fr").read_text() == "une phrase\n"
+    assert (tmp_path / "part_lost/valid.fr").stat().st_mtime < (tmp_path / "part_lost/valid.json").stat().st_mtime
     assert keep("--restore-trained", "--started-from", s1, kept, lost).returncode != 0   # a run is there now
     (lost / "valid.json").write_text("{}")                    # scored, kept again as the queue does
     assert keep("--started-from", s1, lost, kept).returncode == 0
