@@ -164,6 +164,14 @@ score() {   # translate and score one trained run (the control's first: the othe
   else python bench/tier_mfr_keep.py --started-from "$S1W" "$R/$name" "$KEEP/$name"; fi
 }
 
+restored() {   # tier_mfr_keep.py --restore...: true if restored, false if there is nothing to restore
+  # (its exit 3); any other failure stops the queue instead of training a kept run again for hours
+  local rc=0
+  python bench/tier_mfr_keep.py "$@" || rc=$?
+  [ $rc = 0 ] || [ $rc = 3 ] || { echo "== tier_mfr_keep.py $* failed (exit $rc): queue stopped"; exit $rc; }
+  return $rc
+}
+
 keep_if_best() {   # the best other document model's weights (tier_mfr_table.py --best-other), kept as soon
   # as it is scored, since runs/ may be lost before the queue ends; a model it displaces loses its weights,
   # and so does a scored run that is not the best (its weights were kept only until it was scored)
@@ -185,7 +193,7 @@ keep_if_best() {   # the best other document model's weights (tier_mfr_table.py 
 for name in $RUNS; do
   if [ "$name" = stage1 ]; then     # not trained here: scored (or its kept scores put back)
     if [ -f "$R/stage1/config.yaml" ] \
-       || ! python bench/tier_mfr_keep.py --restore --scores-only --started-from "$S1W" "$KEEP/stage1" "$R/stage1"; then
+       || ! restored --restore --scores-only --started-from "$S1W" "$KEEP/stage1" "$R/stage1"; then
       [ "${TRAIN_ONLY:-0}" = 1 ] || score stage1
     fi
     continue
@@ -194,13 +202,13 @@ for name in $RUNS; do
   # are compared with, go on
   retrain=0; case " ${RETRAIN:-} " in *" $name "*) retrain=1;; esac
   if [ ! -f "$R/$name/config.yaml" ] && [ $retrain = 0 ] \
-     && python bench/tier_mfr_keep.py --restore --started-from "$S1W" "$KEEP/$name" "$R/$name"; then
+     && restored --restore --started-from "$S1W" "$KEEP/$name" "$R/$name"; then
     continue
   fi
   # trained to the end before runs/ was lost, but not scored: its kept weights come back and are scored
   if [ $retrain = 1 ] && [ -f "$R/$name/weights_restored.json" ]; then rm -rf "${R:?}/$name"; fi
   if [ ! -f "$R/$name/config.yaml" ] && [ $retrain = 0 ] \
-     && python bench/tier_mfr_keep.py --restore-trained --started-from "$S1W" "$KEEP/$name" "$R/$name"; then :; fi
+     && restored --restore-trained --started-from "$S1W" "$KEEP/$name" "$R/$name"; then :; fi
   [ -f "$R/$name/config.yaml" ] || rm -rf "${R:?}/$name"     # files restored earlier, not a run
   if [ ! -f "$R/$name/weights_restored.json" ]; then
     # shellcheck disable=SC2086

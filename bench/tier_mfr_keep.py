@@ -13,14 +13,15 @@ plus the vocabulary, so ``docnmt translate KEPT_DIR`` works (--fp32: the weights
 --started-from W records the SHA-256 of the weights W a stage-2 run was fine-tuned from (the
 kept stage-1 model) as started_from.sha256. --restore is for a queue whose runs/ was lost: when
 KEPT_DIR holds a fully scored run that started from the same W, it puts the files later runs are
-compared with (valid.fr, the suites' scores) back into RUN_DIR and exits 0; otherwise it exits 1
-(the run must be trained again: never a table that mixes two stage-1 models).
+compared with (valid.fr, the suites' scores) back into RUN_DIR and exits 0; otherwise it exits 3
+(the run must be trained again: never a table that mixes two stage-1 models); any other failure
+exits otherwise, and the queue stops rather than train a run again for hours.
 --scores-only is for a model scored but not trained by the queue (stage 1, scored as a system
 beside the others): only its score files, translation and suite scores are kept (W is then the
 scored weights themselves), and --restore needs no CXMI.
 --restore-trained is for a run trained to its last update whose scoring runs/ lost: the queue
 keeps every run's weights (fp16) as soon as it is trained, and this puts them back as a model
-directory to score (weights_restored.json marks it), exit 1 when there is none.
+directory to score (weights_restored.json marks it), exit 3 when there is none.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ AGAINST = "valid.vs_*.json"   # tests against a second baseline (tier_mfr.sh ALS
 RESTORED = "weights_restored.json"    # a run scored from its kept (fp16) weights after runs/ was lost
 FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png", RESTORED) + SCORES + COUNT + COMPARED
 MODEL = ("config.yaml", "metrics.jsonl", "model.safetensors", "vocab.json")   # what a kept trained run needs
+NOTHING = 3    # --restore / --restore-trained: nothing to restore (a crash exits 1, and stops the queue)
 
 
 def training_time(log: Path, max_gap: float = 1800.0) -> dict:
@@ -192,11 +194,11 @@ def main() -> None:
     if a.restore_trained:
         if not a.started_from:
             ap.error("--restore-trained needs --started-from")
-        sys.exit(0 if restore_trained(a.run, a.dest, a.started_from) else 1)
+        sys.exit(0 if restore_trained(a.run, a.dest, a.started_from) else NOTHING)
     if a.restore:
         if not a.started_from:
             ap.error("--restore needs --started-from")
-        sys.exit(0 if restore(a.run, a.dest, a.started_from, a.scores_only) else 1)
+        sys.exit(0 if restore(a.run, a.dest, a.started_from, a.scores_only) else NOTHING)
     if a.scores_only and (a.weights or not a.started_from):
         ap.error("--scores-only keeps no weights and needs --started-from")
     keep(a.run, a.dest, a.weights, a.fp32, a.started_from, a.scores_only)

@@ -58,7 +58,7 @@ def test_a_kept_scored_run_comes_back_with_what_later_runs_are_tested_against(tm
     assert load_file(str(kept / "model.safetensors"))["w"].dtype == torch.float16
     assert load_file(str(kept / "model.safetensors"))["step"].dtype == torch.int64
     assert '"seconds": 100.0' in (kept / "training_time.json").read_text()
-    assert keep("--restore", "--started-from", stage1(tmp_path, 0.25), kept, lost).returncode == 1
+    assert keep("--restore", "--started-from", stage1(tmp_path, 0.25), kept, lost).returncode == 3
     assert not lost.exists()                     # fine-tuned from another stage 1: trained again
     proc = keep("--restore", "--started-from", s1, kept, lost)
     assert proc.returncode == 0, proc.stderr
@@ -74,7 +74,7 @@ def test_a_kept_scored_run_comes_back_with_what_later_runs_are_tested_against(tm
 def test_a_run_not_fully_scored_is_not_restored_and_a_trained_run_is_never_overwritten(tmp_path):
     run, kept, s1 = scored_run(tmp_path / "run", scored=False), tmp_path / "kept", stage1(tmp_path)
     keep("--started-from", s1, run, kept)
-    assert keep("--restore", "--started-from", s1, kept, tmp_path / "lost").returncode == 1
+    assert keep("--restore", "--started-from", s1, kept, tmp_path / "lost").returncode == 3
     assert not (tmp_path / "lost").exists()
     full = scored_run(tmp_path / "full")
     keep("--started-from", s1, full, tmp_path / "kept_full")
@@ -103,8 +103,8 @@ def test_a_run_trained_but_not_scored_comes_back_from_its_kept_weights(tmp_path)
     from the same stage 1, and never over a run."""
     s1, kept, lost = stage1(tmp_path), tmp_path / "kept", tmp_path / "lost"
     assert keep("--weights", "--started-from", s1, trained_run(tmp_path / "run", 100), kept).returncode == 0
-    assert keep("--restore", "--started-from", s1, kept, lost).returncode == 1        # not scored
-    assert keep("--restore-trained", "--started-from", stage1(tmp_path, 0.25), kept, lost).returncode == 1
+    assert keep("--restore", "--started-from", s1, kept, lost).returncode == 3        # not scored
+    assert keep("--restore-trained", "--started-from", stage1(tmp_path, 0.25), kept, lost).returncode == 3
     assert not lost.exists()
     proc = keep("--restore-trained", "--started-from", s1, kept, lost)
     assert proc.returncode == 0, proc.stderr
@@ -129,8 +129,11 @@ def test_a_run_trained_but_not_scored_comes_back_from_its_kept_weights(tmp_path)
     assert not (kept / "weights_restored.json").exists() and "fp16" not in bench_module().system_name(tmp_path, "kept")
     half = tmp_path / "kept_half"                            # kept at update 50 of 100: trained again
     keep("--weights", "--started-from", s1, trained_run(tmp_path / "half", 50), half)
-    assert keep("--restore-trained", "--started-from", s1, half, tmp_path / "lost_half").returncode == 1
+    assert keep("--restore-trained", "--started-from", s1, half, tmp_path / "lost_half").returncode == 3
     assert not (tmp_path / "lost_half").exists()
+    with open(half / "metrics.jsonl", "a") as f:              # a damaged file is an error, not "nothing kept":
+        f.write('{"updates": 1')                               # the queue stops instead of training again
+    assert keep("--restore-trained", "--started-from", s1, half, tmp_path / "lost_half").returncode not in (0, 3)
 
 
 def test_stage_one_weights_are_kept_as_trained(tmp_path):
@@ -203,7 +206,7 @@ def test_a_scored_but_untrained_model_keeps_only_its_scores_and_comes_back_witho
     assert (kept / "valid.json").exists() and (kept / "valid.fr.gz").exists()
     assert not (kept / "config.yaml").exists() and not (kept / "training_time.json").exists()
     assert not (kept / "model.safetensors").exists()
-    assert keep("--restore", "--started-from", s1, kept, tmp_path / "a").returncode == 1     # needs CXMI
+    assert keep("--restore", "--started-from", s1, kept, tmp_path / "a").returncode == 3     # needs CXMI
     assert keep("--restore", "--scores-only", "--started-from", s1, kept, tmp_path / "b").returncode == 0
     assert (tmp_path / "b/valid.fr").read_text() == "une phrase\nune autre\n"
     assert keep("--scores-only", "--weights", "--started-from", s1, run, kept).returncode != 0
