@@ -158,24 +158,24 @@ def main() -> int:
                   "scat_yin2021_enfr.json"):
             if (model / f).exists():
                 row[f.removesuffix(".json")] = json.loads((model / f).read_text())
+        rows = metrics(model)
         row["updates"] = updates(model)
-        metrics = model / "metrics.jsonl"
-        if metrics.exists():
-            rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-            row["last_valid"] = next((r for r in reversed(rows) if "valid_loss" in r), None)
+        row["last_valid"] = next((r for r in reversed(rows) if "valid_loss" in r), None)
         summary[name] = row
     summary["minutes"] = minutes
     save()
     return 0
 
 
+def metrics(model: Path) -> list[dict]:
+    """A run's metrics.jsonl records (none when it has no file)."""
+    path = model / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
 def updates(model: Path) -> int:
     """The updates a run made (its metrics' last count; 0 when it has none)."""
-    metrics = model / "metrics.jsonl"
-    if not metrics.exists():
-        return 0
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return max((r.get("updates", 0) for r in rows), default=0)
+    return max((r.get("updates", 0) for r in metrics(model)), default=0)
 
 
 if __name__ == "__main__":
