@@ -3,9 +3,12 @@
 A config has five sections -- ``model`` (:class:`docnmt.model.ModelConfig`), ``data``
 (:class:`docnmt.data.ModeConfig`), ``method`` (``name:`` and the settings of that method, a
 dataclass of the method's module, see :mod:`docnmt.methods`), ``train`` (:class:`TrainConfig`)
-and ``decode`` (:class:`docnmt.search.SearchConfig` plus batching) -- and may start from a named
-preset (``preset: transformer_small``) whose values it overrides. A run's ``config.yaml`` holds
-the ``method`` settings of its own method only. Presets live in
+and ``decode`` (:class:`DecodeConfig`: :class:`docnmt.search.SearchConfig` plus batching) -- and
+may start from a named preset (``preset: transformer_small``) whose values it overrides. A run's ``config.yaml`` holds
+the ``method`` settings of its own method only. The settings of the switches any model can use
+(``decode.sliding``, ``data.dls``, ``train.word_dropout``, ...) are declared by the switches
+themselves (:class:`docnmt.methods.Setting`) and joined to their section's class here
+(:meth:`Config.sections`), so each section holds the core's fields and the extensions'. Presets live in
 ``docnmt/presets/*.yaml`` and may themselves name a parent preset. Unknown keys are errors,
 with a suggestion when a known key is close.
 """
@@ -13,14 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import methods
+from . import methods, ranges
 from .data import ModeConfig
 from .errors import ConfigError
 from .methods import NoOptions
@@ -43,8 +46,6 @@ class TrainConfig:
     clip_norm: float = 0.0
     pretrained_lr_scale: float = 1.0   # lr of parameters initialised by --init-from, as a share of lr
     freeze_pretrained: bool = False    # train only the parameters --init-from did not set (two-step training)
-    word_dropout: float = 0.0    # P(word -> <mask>) on source and decoder input
-    word_dropout_epochs: int = 0  # word dropout in epochs 1..N only; 0 = in every epoch
     max_update: int = 0          # 0 = no limit
     max_epoch: int = 0           # 0 = no limit
     max_minutes: float = 0.0     # stop (and save) after this much training time; 0 = no limit
@@ -75,14 +76,6 @@ class DecodeConfig(SearchConfig):
     max_tokens: int = 8000       # source tokens per decoding batch
     max_sentences: int = 64      # instances per decoding batch
     precision: str = "auto"      # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
-    official_start: bool = False  # G-Transformer: start from <s> as the official code does
-                                  # (docs/methods/gtransformer.md#gt-decoder-start)
-    sliding: bool = False         # Doc2Doc models: sliding decoding of long documents
-                                  # (docs/methods/length_bias.md#sliding-decoding)
-    sliding_window: float = 0.8   # window = this × data.max_instance_tokens source tokens
-    sentence_count: bool = False  # separator formats: force the source's sentence count (implied by sliding)
-    first_pass: str = ""          # DocFlat: pass 1 from a sentence model directory or a file of translations;
-                                  # "" = the model itself
 
 
 @dataclass
@@ -95,11 +88,25 @@ class Config:
     method_name: str = "transformer"
     preset: str = ""      # the preset it started from (recorded in config.yaml as ``from_preset``, not loaded)
 
-    SECTIONS = {"model": ModelConfig, "data": ModeConfig, "method": None, "train": TrainConfig, "decode": DecodeConfig}
+    CORE = {"model": ModelConfig, "data": ModeConfig, "method": None, "train": TrainConfig, "decode": DecodeConfig}
+
+    def __post_init__(self):
+        """Sections built from the core classes alone (``Config(decode=DecodeConfig(beam=2))``) get
+        the extensions' settings at their defaults."""
+        for name, klass in self.sections().items():
+            value = getattr(self, name)
+            if klass is not None and type(value) is not klass:
+                setattr(self, name, klass(**dataclasses.asdict(value)))
+
+    @classmethod
+    def sections(cls) -> dict[str, type | None]:
+        """Each section's class: the core's fields plus the registered extensions' settings
+        (``method`` is None: its class depends on the method named)."""
+        return _sections(methods.settings())
 
     def to_dict(self) -> dict:
         out = {"from_preset": self.preset} if self.preset else {}
-        for name in self.SECTIONS:
+        for name in self.CORE:
             d = dataclasses.asdict(getattr(self, name))
             d = {"name": self.method_name, **d} if name == "method" else d
             out[name] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
@@ -119,11 +126,11 @@ class Config:
             preset = str(raw["preset"])
             base = load_preset_dict(raw.pop("preset"))
         merged = merge_config(_migrate(base), _migrate(raw))
-        _check_keys(merged, cls.SECTIONS, origin)
+        _check_keys(merged, cls.CORE, origin)
         method = dict(merged.get("method") or {})
         name = str(method.pop("name", "transformer"))
         try:
-            klasses = {**cls.SECTIONS, "method": methods.options_class(name)}
+            klasses = {**cls.sections(), "method": methods.options_class(name)}
         except ConfigError as e:
             raise ConfigError(f"{origin}: method: {e}") from None
         merged["method"] = method
@@ -182,6 +189,24 @@ class Config:
         return Config.from_dict(d, "command line", labels)
 
 
+@functools.lru_cache(maxsize=8)
+def _sections(settings: tuple) -> dict[str, type | None]:
+    """The section classes for a registry's ``settings`` (cached: one class per registry state)."""
+    out: dict[str, type | None] = {}
+    for name, core in Config.CORE.items():
+        extra = [(s.name, s.type, field(default=s.default)) for s in settings if s.section == name]
+        out[name] = core if core is None or not extra else \
+            dataclasses.make_dataclass(core.__name__, extra, bases=(core,))
+        if out[name] is not core:
+            out[name].__module__, out[name].__qualname__ = core.__module__, core.__qualname__
+    return out
+
+
+def section_class(name: str) -> type:
+    """The class of config section ``name`` (``"decode"``): core fields plus extension settings."""
+    return Config.sections()[name]
+
+
 def _fields(klass) -> dict:
     return {f.name: None for f in dataclasses.fields(klass)}
 
@@ -218,16 +243,9 @@ TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")   # auto: bf16 (fp16 without
 DECODE_PRECISIONS = ("auto", "fp32", "bf16")
 
 
-def _one_of(values: tuple) -> tuple:
-    return (lambda v: v in values, ", ".join(values[:-1]) + f" or {values[-1]}")
-
-
-_AT_LEAST_0 = (lambda v: v >= 0, "at least 0")
-_AT_LEAST_1 = (lambda v: v >= 1, "at least 1")
-_PROBABILITY = (lambda v: 0 <= v < 1, "in [0, 1)")
-_FINITE = (lambda v: math.isfinite(v), "a finite number")
-_FINITE_AT_LEAST_0 = (lambda v: math.isfinite(v) and v >= 0, "a finite number, at least 0")
-_FINITE_ABOVE_0 = (lambda v: math.isfinite(v) and v > 0, "a finite number above 0")
+_one_of = ranges.one_of
+_AT_LEAST_0, _AT_LEAST_1, _PROBABILITY = ranges.AT_LEAST_0, ranges.AT_LEAST_1, ranges.PROBABILITY
+_FINITE, _FINITE_AT_LEAST_0, _FINITE_ABOVE_0 = ranges.FINITE, ranges.FINITE_AT_LEAST_0, ranges.FINITE_ABOVE_0
 MAX_SEED = 2**63 - 1
 # values outside these ranges are ConfigErrors (instead of a crash, a run that trains to NaN weights
 # or a silently empty result)
@@ -236,11 +254,11 @@ LIMITS = {
               "d_model": _AT_LEAST_1, "heads": _AT_LEAST_1, "ffn_dim": _AT_LEAST_1, "max_positions": _AT_LEAST_1,
               "encoder_layers": _AT_LEAST_0, "decoder_layers": _AT_LEAST_1},
     "data": {"context": _AT_LEAST_0, "min_train_doc_sents": _AT_LEAST_0, "max_train_sent_tokens": _AT_LEAST_0,
-             "dls_epoch_offset": _AT_LEAST_0, "max_instance_tokens": _AT_LEAST_0},
+             "max_instance_tokens": _AT_LEAST_0},
     "train": {"max_tokens": _AT_LEAST_1, "update_freq": _AT_LEAST_1, "lr": _FINITE_ABOVE_0,
               "warmup_updates": _AT_LEAST_0, "adam_eps": _FINITE_ABOVE_0, "weight_decay": _FINITE_AT_LEAST_0,
-              "label_smoothing": _PROBABILITY, "clip_norm": _FINITE_AT_LEAST_0, "word_dropout": _PROBABILITY,
-              "word_dropout_epochs": _AT_LEAST_0, "max_update": _AT_LEAST_0, "max_epoch": _AT_LEAST_0,
+              "label_smoothing": _PROBABILITY, "clip_norm": _FINITE_AT_LEAST_0,
+              "max_update": _AT_LEAST_0, "max_epoch": _AT_LEAST_0,
               "max_minutes": _FINITE_AT_LEAST_0, "validate_interval_updates": _AT_LEAST_0,
               "save_interval_updates": _AT_LEAST_0, "keep_last": _AT_LEAST_1, "log_interval": _AT_LEAST_1,
               "pretrained_lr_scale": _FINITE_AT_LEAST_0, "threads": _AT_LEAST_0,
@@ -250,8 +268,17 @@ LIMITS = {
     "decode": {"beam": _AT_LEAST_1, "nbest": _AT_LEAST_1, "max_tokens": _AT_LEAST_1, "max_sentences": _AT_LEAST_1,
                "lenpen": _FINITE, "max_len_a": _FINITE_AT_LEAST_0, "max_len_b": _AT_LEAST_0, "min_len": _AT_LEAST_0,
                "no_repeat_ngram_size": _AT_LEAST_0, "lenpen_style": _one_of(LENPEN_STYLES),
-               "sliding_window": _FINITE_ABOVE_0, "precision": _one_of(DECODE_PRECISIONS)},
+               "precision": _one_of(DECODE_PRECISIONS)},
 }
+
+
+def _limits() -> dict[str, dict]:
+    """:data:`LIMITS` and the ranges the extensions' settings declare."""
+    out = {section: dict(limits) for section, limits in LIMITS.items()}
+    for s in methods.settings():
+        if s.limit is not None:
+            out.setdefault(s.section, {})[s.name] = s.limit
+    return out
 
 
 def _check_limits(sections: dict, origin: str, labels: dict[str, str] | None = None) -> None:
@@ -265,7 +292,7 @@ def _check_limits(sections: dict, origin: str, labels: dict[str, str] | None = N
     def fail(key: str, text: str) -> None:
         raise ConfigError(f"{labels[key]} {text}" if key in labels else f"{origin}: {key} {text}")
 
-    for section, limits in LIMITS.items():
+    for section, limits in _limits().items():
         for key, (ok, allowed) in limits.items():
             value = getattr(sections[section], key)
             if not ok(value):

@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import torch
 
+from . import methods
 from .errors import ConfigError, DataError
 from .readers import locate_sentence
 
@@ -53,7 +54,7 @@ def check_translation(translator, docs, search, paths: list, fmt: str = "auto", 
                             f"in this model ({cfg.model.max_positions} positions)", path, line)
     if search.beam > len(vocab):
         raise ConfigError(f"--beam {search.beam} is more than this model's {len(vocab)} symbols")
-    batch = getattr(search, "max_sentences", cfg.decode.max_sentences)
+    batch = translator.decode_config(search).max_sentences
     rows = min(batch, max(len(docs), 1)) * search.beam
     scores = 2 * 4 * rows * len(vocab)
     if have and scores > have:
@@ -61,7 +62,9 @@ def check_translation(translator, docs, search, paths: list, fmt: str = "auto", 
                           f"{scores / GIB:.1f} GiB for the scores of {rows:,} hypotheses over {len(vocab):,} symbols, "
                           f"more than the {have / GIB:.1f} GiB of this {translator.device.type}; lower --batch-size "
                           "or --beam")
-    whole = cfg.data.is_document_level and cfg.data.max_instance_tokens <= 0 and not getattr(search, "sliding", False)
+    search = translator.decode_config(search)
+    walk = methods.decode_walk(cfg, search)
+    whole = cfg.data.is_document_level and cfg.data.max_instance_tokens <= 0 and not walk.cuts_documents
     if not whole or not docs:
         return
     k = int(np.argmax([int(lens.sum()) + len(lens) + 1 for lens in lengths]))

@@ -112,13 +112,6 @@ class ModeConfig:
                                      # (docs/methods/context_transformer.md#context-input)
     context_self: bool = False       # ... and pairs of sentence-level corpora get their own source as context
                                      # (docs/methods/context_transformer.md#dt-step2-data)
-    dls: bool = False                # doc2doc: dynamic length sampling of training segments
-                                     # (docs/methods/length_bias.md#dynamic-length-sampling)
-    dls_start_epoch: int = 20        # k of T = exp(epoch − k)
-    dls_adaptive: bool = True        # false: T = ∞ in every epoch, lengths drawn uniformly (the fixed-temperature
-                                     # ablation, docs/methods/length_bias.md#the-papers-ablations)
-    dls_epoch_offset: int = 0        # epochs of the DLS curriculum already behind a fine-tuned model:
-                                     # epoch e samples as e + this
     batch_order: str = "sorted"      # sorted: length buckets | ordered: runs of consecutive instances, whole
                                      # batches shuffled (DocFlat) | strict: ordered, never shuffled
     # training-document filters of the official codes (docs/methods/baselines.md#document-filters), off by
@@ -143,8 +136,8 @@ def build_instances(corpus: Corpus, mode: ModeConfig, training: bool = True, epo
                     seed: int = 1) -> np.ndarray:
     """All instances of ``corpus`` in ``mode`` (training mixtures and document filters only when
     ``training``). ``epoch`` and ``seed`` are for builders whose instances change every epoch:
-    dynamic length sampling (:func:`docnmt.methods.training_rows`) replaces this function in
-    training when ``dls`` is on."""
+    a switch's ``training_rows`` hook (dynamic length sampling, :func:`docnmt.methods.training_rows`)
+    replaces this function in training when it is on."""
     rows = _instances(corpus, mode, training, epoch, seed)
     return filter_training_documents(corpus, rows, mode) if training else rows
 

@@ -1,13 +1,13 @@
-"""The methods, and the one place that knows them: a small explicit registry.
+"""The methods and switches, and the one place that knows them: a small explicit registry.
 
-Each method is one module of this package ending with a :class:`~.base.Method` record (its
-settings, model builder, data formats and decoding hooks); ``METHODS`` below lists them, one line
-each. The core (model, data, trainer, beam search, translator) calls the functions of this module
-and never names a method. The length-bias fixes (:mod:`.length_bias`) are not a model of their
-own but switches any model can use (``data.dls``, ``model.length_aware``, ``decode.sliding``);
-their hooks are wired here too.
+Each method (a model: :class:`~.base.Method`) and each switch any model can use
+(:class:`~.base.Extension`: dynamic length sampling, length-aware attention, sliding decoding,
+two-pass decoding, word dropout, ...) is one module of this package ending with its record;
+``METHODS`` and ``EXTENSIONS`` below list them, one line each. The functions of this module
+compose the records' settings and hooks (see :mod:`.base`); the core (config, model, data,
+trainer, beam search, translator, CLI, service) calls them and never names a method or switch.
 
-Adding a method: see README.md, "Extending" (a module with a ``METHOD`` record, one line here).
+Adding a method or a switch: see README.md, "Extending" (a module with its record, one line here).
 """
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from ..data import Corpus, Joiner, ModeConfig, build_instances
 from ..errors import ConfigError
 from ..model import AttentionPolicy, Transformer
 from ..vocab import Vocab
-from . import context_transformer, docflat, gtransformer, length_bias, ptransformer
-from .base import Method, NoOptions, Walk
-from .length_bias import count_constraint
+from . import context_transformer, docflat, gtransformer, length_bias, ptransformer, word_dropout
+from .base import Extension, Hooks, Method, NoOptions, Setting, Walk
 
 TRANSFORMER = Method("transformer", lambda cfg, opts, vocab: Transformer(cfg, AttentionPolicy(cfg)))
 
@@ -29,15 +28,16 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     context_transformer.METHOD,
 )}
 
-# data formats (data.separator): the baselines' own, then those the methods bring
-FORMATS: dict[str, type[Joiner]] = {"index": Joiner, "uniform": Joiner,
-                                    **{k: v for m in METHODS.values() for k, v in m.formats.items()}}
+# switches, in the order their hooks are asked (the first walk or start token that applies wins)
+EXTENSIONS: dict[str, Extension] = {e.name: e for e in (
+    *length_bias.EXTENSIONS,
+    docflat.TWO_PASS,
+    word_dropout.EXTENSION,
+)}
 
-# decoding walks other than the default one round of instances, first match wins
-WALKS = [(docflat.uses_two_pass, docflat.TwoPass), (length_bias.uses_sliding, length_bias.Sliding)]
-
-__all__ = ["FORMATS", "METHODS", "Method", "NoOptions", "Walk", "build_model", "check", "count_constraint",
-           "decode_walk", "format_marks", "get", "data_joiner", "joiner_class", "make_joiner", "options_class",
+__all__ = ["EXTENSIONS", "METHODS", "Extension", "Method", "NoOptions", "Setting", "Walk", "build_model", "check",
+           "cli_flags", "data_joiner", "decode_walk", "formats", "get", "joiner_class", "make_joiner",
+           "options_class", "search_args", "settings", "start_token", "train_batch", "training_plots",
            "training_rows"]
 
 
@@ -52,35 +52,76 @@ def options_class(name: str) -> type:
     return get(name).options
 
 
+def _hooks(method_name: str) -> list[Hooks]:
+    """The extensions whose hooks apply to a model of method ``method_name``: its method, then
+    every switch."""
+    return [get(method_name), *EXTENSIONS.values()]
+
+
+# --------------------------------------------------------------------------------------------
+# Settings: config sections and command-line flags
+# --------------------------------------------------------------------------------------------
+
+def settings() -> tuple[Setting, ...]:
+    """Every setting the registered methods and switches declare (a key may appear once)."""
+    out: dict[str, Setting] = {}
+    for ext in [*METHODS.values(), *EXTENSIONS.values()]:
+        for s in ext.settings:
+            if s.key in out:
+                raise ConfigError(f"setting {s.key} declared twice ({ext.name} and another extension)")
+            out[s.key] = s
+    return tuple(out.values())
+
+
+def cli_flags(decoding: bool) -> dict:
+    """The extensions' flags in the CLI's table form ``flag -> (key, type, help, group)``: the
+    decode settings' (``decoding``) or the model, data and train settings' (``docnmt train``)."""
+    return {s.flag: (s.key, s.type, s.help, s.group) for s in settings()
+            if s.flag and (s.section == "decode") == decoding}
+
+
+def formats() -> dict[str, type[Joiner]]:
+    """Data formats (``data.separator``): the baselines' own, then those the extensions bring."""
+    out = {"index": Joiner, "uniform": Joiner}
+    for ext in [*METHODS.values(), *EXTENSIONS.values()]:
+        out.update(ext.formats)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Model and data
+# --------------------------------------------------------------------------------------------
+
 def check(cfg) -> None:
-    """Settings that only the registry can check: the data format exists, and the method's own
-    requirements on data and decoding settings."""
-    if cfg.data.separator not in FORMATS:
-        raise ConfigError(f"unknown separator {cfg.data.separator!r}; choose one of {', '.join(FORMATS)}")
+    """Settings that only the registry can check: the data format exists, and the method's and
+    switches' own requirements."""
+    joiner_class(cfg.data.separator)
     if cfg.model.sentence_positions and cfg.data.separator == "uniform":
         raise ConfigError("sentence_positions needs numbered separators (data.separator: index): with one "
                           "<sep> for every sentence and positions restarting, the order of the sentences is lost")
-    method = get(cfg.method_name)
-    if method.check is not None:
-        method.check(cfg)
+    for ext in _hooks(cfg.method_name):
+        if ext.check is not None:
+            ext.check(cfg)
 
 
 def build_model(cfg, vocab: Vocab) -> Transformer:
-    """The model a config describes, with length-aware attention when ``model.length_aware``."""
+    """The model a config describes: the method's network, then the switches' pieces."""
     cfg.model.vocab_size, cfg.model.pad_id = len(vocab), vocab.pad
     check(cfg)
     model = get(cfg.method_name).build(cfg.model, cfg.method, vocab)
     if cfg.model.sentence_positions:     # a sentence opens with <s> or a separator (<sep>, <sepI>)
         model.set_sentence_openers([vocab.bos, *vocab.sep_ids])
-    if cfg.model.length_aware:
-        model.length_scale = length_bias.LengthAwareScale()
+    for ext in _hooks(cfg.method_name):
+        if ext.model_pieces is not None:
+            ext.model_pieces(model, cfg, vocab)
     return model
 
 
 def joiner_class(separator: str) -> type[Joiner]:
-    if separator not in FORMATS:
-        raise ConfigError(f"unknown separator {separator!r}; choose one of {', '.join(FORMATS)}")
-    return FORMATS[separator]
+    known = formats()
+    if separator not in known:
+        raise ConfigError(f"unknown separator {separator!r}; choose one of {', '.join(known)}")
+    return known[separator]
 
 
 def make_joiner(vocab: Vocab, separator: str, context_input: int = 0, context_self: bool = False) -> Joiner:
@@ -97,28 +138,77 @@ def data_joiner(vocab: Vocab, data: ModeConfig) -> Joiner:
     return make_joiner(vocab, data.separator, data.context_input, data.context_self)
 
 
-def format_marks(separator: str) -> int:
-    """Tokens a data format adds to each source sentence (a separator or end token; ``<s>`` and
-    ``</s>`` in G-Transformer's), which dynamic length sampling counts."""
-    return int(joiner_class(separator).overhead(1, "src"))
-
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
 
 def training_rows(corpus: Corpus, data: ModeConfig, epoch: int, seed: int = 1):
-    """The training instances of an epoch: the mode's, or dynamic length sampling's."""
-    if length_bias.uses_dls(data):
-        return length_bias.training_rows(corpus, data, epoch, seed, format_marks(data.separator))
+    """The training instances of an epoch: a switch's (dynamic length sampling), else the mode's."""
+    for ext in EXTENSIONS.values():
+        rows = ext.training_rows(corpus, data, epoch, seed) if ext.training_rows is not None else None
+        if rows is not None:
+            return rows
     return build_instances(corpus, data, training=True, epoch=epoch, seed=seed)
 
 
-def training_plots(cfg, corpus: Corpus, save_dir, epoch: int) -> None:
-    """Plots a method adds to a model directory at the end of training."""
-    if length_bias.uses_dls(cfg.data):
-        length_bias.plot_dls_lengths(corpus, cfg.data, cfg.train.seed, epoch, save_dir / "dls_lengths.png",
-                                     format_marks(cfg.data.separator))
+def train_batch(cfg, batch: dict, vocab: Vocab, epoch: int, seed: tuple) -> dict:
+    """A training batch after every extension's ``train_batch`` hook (word dropout)."""
+    for ext in _hooks(cfg.method_name):
+        if ext.train_batch is not None:
+            batch = ext.train_batch(batch, cfg, vocab, epoch, seed)
+    return batch
 
+
+def training_plots(cfg, corpus: Corpus, save_dir, epoch: int) -> None:
+    """Plots the extensions add to a model directory at the end of training."""
+    for ext in _hooks(cfg.method_name):
+        if ext.plots is not None:
+            ext.plots(cfg, corpus, save_dir, epoch)
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding
+# --------------------------------------------------------------------------------------------
 
 def decode_walk(cfg, search) -> Walk:
-    for applies, walk in WALKS:
-        if applies(cfg, search):
-            return walk()
+    """How a translator walks documents: the first extension's walk that applies, else one round
+    of the mode's instances."""
+    for ext in _hooks(cfg.method_name):
+        walk = ext.walk(cfg, search) if ext.walk is not None else None
+        if walk is not None:
+            return walk
     return Walk()
+
+
+def start_token(translator, search, first: int) -> int | None:
+    """The decoder's start token an extension asks for, or None (the format's)."""
+    for ext in _hooks(translator.cfg.method_name):
+        token = ext.start_token(translator, search, first) if ext.start_token is not None else None
+        if token is not None:
+            return token
+    return None
+
+
+def search_args(translator, search, rows, src) -> dict:
+    """The extensions' extra beam-search arguments for a batch: their ``processors`` joined,
+    other arguments (a length limit) from the first that gives one."""
+    out: dict = {}
+    for ext in _hooks(translator.cfg.method_name):
+        args = ext.search_args(translator, search, rows, src) if ext.search_args is not None else None
+        for key, value in (args or {}).items():
+            if key == "processors":
+                out["processors"] = [*out.get("processors", []), *value]
+            else:
+                out.setdefault(key, value)
+    return out
+
+
+def sentence_attention_map(translator, doc, start: int, batch: int, path) -> tuple:
+    """``docnmt fba-map``: the encoder flat-batch attention (DocFlat's) of one decoding batch of
+    ``doc`` (sentences ``start`` (0-based) onwards, ``batch`` of them) per sentence pair, plotted to
+    ``path``; returns the map and its 1-based sentence numbers. A model without such attention: a
+    ConfigError."""
+    weights, sents = docflat.sentence_attention_map(translator, doc, start, batch)
+    docflat.plot_attention_map(weights, sents, path,
+                               f"document {doc.docid}: encoder FBA, sentences {sents[0]}-{sents[-1]}")
+    return weights, sents

@@ -1,17 +1,33 @@
-"""What a method is to the core: the hooks :mod:`docnmt.methods` collects in its registry.
+"""What an extension is to the core: the hooks :mod:`docnmt.methods` collects in its registry.
 
-A method is one module of this package that ends with a :class:`Method` record; the registry
-lists it. The core (model, trainer, beam search, translator) only ever calls these hooks, so it
-never names a method.
+Two kinds of extension share one protocol, :class:`Hooks`:
+
+* a **method** (:class:`Method`) is a model: it builds the network and has a ``method:`` config
+  section of its own; a config names exactly one (``method.name``);
+* a **switch** (:class:`Extension`) is anything any model can use: dynamic length sampling,
+  length-aware attention, sliding decoding, two-pass decoding, word dropout, ...; every
+  registered switch is always present, and each of its hooks does nothing unless its own setting
+  turns it on.
+
+Each extension declares its settings (:class:`Setting`: the config key, default, help and
+command-line flag side by side) and the hooks it needs; the registry composes the config
+sections, the command-line flags and each hook over the model's method and every switch. The core
+(config, model, data, trainer, beam search, translator, CLI, service) only ever calls the
+registry, so it never names an extension.
+
+A hook that does not apply returns ``None`` (or does nothing): the registry asks the model's
+method first, then the switches in registry order.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from ..data import build_instances
+
+SECTIONS = ("model", "data", "train", "decode")      # the config sections a switch may add settings to
 
 
 @dataclass
@@ -20,32 +36,94 @@ class NoOptions:
 
 
 @dataclass(frozen=True)
-class Method:
-    """A method's hooks; only ``name`` and ``build`` are required.
+class Setting:
+    """One setting an extension adds to a config section, with its command-line flag.
 
-    * ``build(model_cfg, options, vocab) -> Transformer``: the model (``options`` is an instance
-      of ``options``, the dataclass of the config's ``method:`` section);
-    * ``check(cfg)``: raise :class:`~docnmt.errors.ConfigError` for data or decoding settings the
-      method cannot work with (e.g. G-Transformer needs its own data format);
-    * ``formats``: separator formats the method brings (``data.separator`` name -> Joiner class);
+    ``key`` is ``section.name`` (``decode.sliding``): the setting lives in that section of the
+    config and of ``config.yaml`` like the core's own. ``flag`` (``--sliding``) adds it to
+    ``docnmt train`` (model, data and train settings) or to the decoding verbs (decode settings),
+    with ``help`` beside it and, for training, in help group ``group``. ``limit`` is an
+    ``(ok, allowed)`` pair: ``ok(value)`` false is a config error "must be {allowed}"."""
+
+    key: str
+    default: Any
+    help: str
+    flag: str = ""
+    group: str = "methods"
+    limit: tuple | None = None
+
+    def __post_init__(self):
+        section, _, name = self.key.partition(".")
+        if section not in SECTIONS or not name.isidentifier():
+            raise ValueError(f"a setting's key is one of {', '.join(SECTIONS)}, a dot and a name, not {self.key!r}")
+
+    @property
+    def section(self) -> str:
+        return self.key.partition(".")[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.partition(".")[2]
+
+    @property
+    def type(self) -> type:
+        return type(self.default)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hooks:
+    """The extension points; every one is optional.
+
+    * ``settings``: :class:`Setting` records (config keys and flags);
+    * ``check(cfg)``: raise :class:`~docnmt.errors.ConfigError` for settings the extension cannot
+      work with;
+    * ``formats``: data formats it brings (``data.separator`` name -> Joiner class);
+    * ``model_pieces(model, cfg, vocab)``: attach pieces to a built model (length-aware attention);
+    * ``training_rows(corpus, data, epoch, seed) -> rows | None``: the training instances of an
+      epoch, replacing the mode's (dynamic length sampling);
+    * ``train_batch(batch, cfg, vocab, epoch, seed) -> batch``: a training batch as the model sees
+      it (word dropout); ``seed`` is a tuple unique to the batch and process;
+    * ``plots(cfg, corpus, save_dir, epoch)``: figures added to a model directory after training;
+    * ``walk(cfg, search) -> Walk | None``: how the translator walks documents (sliding windows,
+      two passes);
     * ``start_token(translator, search, first) -> int | None``: the decoder's start token when it
       is not the format's;
-    * ``search_args(translator, src) -> dict``: extra beam-search arguments per batch
-      (processors, length limits: G-Transformer's sentence frame);
-    * ``score_alone``: the model looks across its batch (DocFlat), so teacher-forced scoring
-      (contrastive suites, CXMI) keeps every instance to itself (:func:`docnmt.model.rows_apart`:
-      the modules that look across the batch have a ``rows_apart`` switch) and the service never
-      batches two requests together.
+    * ``search_args(translator, search, rows, src) -> dict``: extra beam-search arguments for a
+      batch of instances ``rows`` (``processors`` are collected from every extension; G-Transformer's
+      sentence frame, the sentence-count constraint).
     """
+
+    settings: tuple[Setting, ...] = ()
+    check: Callable | None = None
+    formats: dict = field(default_factory=dict)
+    model_pieces: Callable | None = None
+    training_rows: Callable | None = None
+    train_batch: Callable | None = None
+    plots: Callable | None = None
+    walk: Callable | None = None
+    start_token: Callable | None = None
+    search_args: Callable | None = None
+
+
+@dataclass(frozen=True)
+class Method(Hooks):
+    """A model: ``build(model_cfg, options, vocab) -> Transformer`` (``options`` is an instance of
+    ``options``, the dataclass of the config's ``method:`` section). ``score_alone``: the model
+    looks across its batch (DocFlat), so teacher-forced scoring (contrastive suites, CXMI) keeps
+    every instance to itself (:func:`docnmt.model.rows_apart`) and the service never batches two
+    requests together."""
 
     name: str
     build: Callable
     options: type = NoOptions
-    check: Callable | None = None
-    formats: dict = field(default_factory=dict)
-    start_token: Callable | None = None
-    search_args: Callable | None = None
     score_alone: bool = False
+
+
+@dataclass(frozen=True)
+class Extension(Hooks):
+    """A switch any model can use (see the module docstring)."""
+
+    name: str
 
 
 class Walk:
@@ -53,8 +131,13 @@ class Walk:
     depend on earlier rounds' outputs. ``rounds`` returns ``(rows, new_from)`` pairs, where
     sentences [target start, ``new_from``) of a row are forced from earlier output; ``run`` decodes
     them with ``decode(rows, new_from, forced_from=None)``. This default is one round of the
-    mode's instances; sliding decoding (:mod:`.length_bias`) and two-pass decoding
-    (:mod:`.docflat`) are the others."""
+    mode's instances; sliding decoding (:mod:`.sliding`) and two-pass decoding
+    (:mod:`.docflat`) are the others. ``cuts_documents``: the walk cuts documents into
+    instances that fit by its own rule (no whole-document instance to check); ``used``: what
+    translated an earlier pass, for the coverage report (two-pass decoding)."""
+
+    cuts_documents = False
+    used: dict | None = None
 
     def rounds(self, translator, corpus, search) -> list[tuple[np.ndarray, np.ndarray]]:
         rows = build_instances(corpus, translator.cfg.data, training=False)

@@ -55,7 +55,7 @@ from ..model import AttentionPolicy, Layer, ModelConfig, State, Sublayer, Transf
 from ..ops import Linear
 from ..readers import DOC_MARK, read_text
 from ..vocab import Vocab
-from .base import Method, Walk
+from .base import Extension, Method, Setting, Walk
 
 log = logging.getLogger("docnmt.docflat")
 
@@ -467,7 +467,7 @@ class TwoPass(Walk):
 
     def rounds(self, translator, corpus, search):
         rows = build_instances(corpus, translator.cfg.data, training=False)
-        if getattr(search, "first_pass", ""):
+        if search.first_pass:
             return [(rows, rows[:, 1] - 1)]
         if not getattr(translator, "warned_first_pass", False):    # once per translator (a service: per model)
             log.warning("two-pass decoding: pass 1 is translated by this document model itself (one-sentence "
@@ -491,7 +491,7 @@ class TwoPass(Walk):
         """Pass 1: one list of token ids per sentence (other output is re-encoded with this
         vocabulary; a file holds one translation per input sentence, in order, ``<d>`` lines
         skipped: what ``docnmt translate`` writes). Sets ``used``."""
-        path = getattr(search, "first_pass", "")
+        path = search.first_pass
         self.used = {"by": "model" if not path else "sentence_model" if Path(path).is_dir() else "file",
                      "path": str(path) if path else None}
         if not path:
@@ -516,6 +516,17 @@ class TwoPass(Walk):
 def uses_two_pass(cfg, search) -> bool:
     """Pseudo-documents are decoded in two passes (whatever the model)."""
     return cfg.data.mode == "pseudodoc"
+
+
+def _two_pass_walk(cfg, search) -> Walk | None:
+    return TwoPass() if uses_two_pass(cfg, search) else None
+
+
+# the switch of every pseudo-document model, DocFlat's or not (registered in docnmt/methods/__init__.py)
+TWO_PASS = Extension(name="two_pass", walk=_two_pass_walk, settings=(
+    Setting("decode.first_pass", "", "DocFlat: pass 1 of two-pass decoding, a sentence model's directory or a file "
+            "of its translations (one line per input sentence; default: the model itself)", "--first-pass"),
+))
 
 
 # --------------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ from ..model import (
 )
 from ..ops import Linear
 from ..vocab import Vocab
-from .base import Method
+from .base import Method, Setting
 
 ABLATIONS = ("none", "only_group", "only_global", "no_target_context", "no_source_context",
              "no_language_locality", "no_translation_locality")
@@ -311,15 +311,18 @@ def _check(cfg) -> None:
 def _start_token(translator, search, first: int) -> int | None:
     """``<s>`` with ``decode.official_start`` (the official generator's start, which training
     never shows); otherwise the format's EOD."""
-    return translator.vocab.bos if getattr(search, "official_start", False) else None
+    return translator.vocab.bos if search.official_start else None
 
 
-def _search_args(translator, src: Tensor) -> dict:
+def _search_args(translator, search, rows, src: Tensor) -> dict:
     """The sentence frame: every output has exactly the source's sentences."""
     v = translator.vocab
     frame = FrameConstraint(src, v.bos, v.eos, v.pad, translator.joiner.end)
     return {"processors": [frame], "max_len": frame.max_len()}
 
 
+OFFICIAL_START = Setting("decode.official_start", False, "G-Transformer: start decoding from <s> like the official "
+                         "code (default: the end-of-document token, as in training)", "--official-start")
+
 METHOD = Method("gtransformer", _build, GTransformerOptions, check=_check, formats={"group": GroupJoiner},
-                start_token=_start_token, search_args=_search_args)
+                start_token=_start_token, search_args=_search_args, settings=(OFFICIAL_START,))

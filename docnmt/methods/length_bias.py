@@ -1,14 +1,14 @@
 """The length-bias fixes of document-level NMT (docs/methods/length_bias.md), each usable with
 any model:
 
-* **dynamic length sampling** (``data.dls``): every epoch, training documents are cut into
+* **dynamic length sampling** (``data.dls``, :data:`DLS`): every epoch, training documents are cut into
   segments of sampled lengths, short ones first, growing over the epochs
   (:func:`training_rows` replaces the mode's fixed instances in training); with
   ``data.dls_adaptive: false`` (the paper's fixed-temperature ablation) the lengths are drawn
   uniformly in every epoch instead;
-* **length-aware attention** (``model.length_aware``): every attention's logits scaled by
+* **length-aware attention** (``model.length_aware``, :data:`LENGTH_AWARE`): every attention's logits scaled by
   log n / log n̄ (:class:`LengthAwareScale`, attached to the model as ``model.length_scale``);
-* **sliding decoding** (``decode.sliding``) and the sentence-count constraint
+* **sliding decoding** (``decode.sliding``, :data:`SLIDING`) and the sentence-count constraint
   (``decode.sentence_count``): a document longer than the window W (``decode.sliding_window`` ×
   the training instance budget, 0.8 × 512 ≈ 409 source tokens by default) is decoded as a chain
   of sentence windows: each window is re-encoded, the best translation of the sentences it shares
@@ -25,10 +25,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .. import ranges
 from ..attention import AttnSpec
 from ..data import Corpus, ModeConfig, doc_bounds, filter_training_documents, with_sentences
 from ..errors import ConfigError
-from .base import Walk
+from .base import Extension, Setting, Walk
 
 # --------------------------------------------------------------------------------------------
 # Dynamic length sampling
@@ -109,6 +110,23 @@ def training_rows(corpus: Corpus, mode: ModeConfig, epoch: int, seed: int, marks
 
 def uses_dls(mode: ModeConfig) -> bool:
     return mode.dls and mode.mode == "doc2doc"
+
+
+def format_marks(separator: str) -> int:
+    """Tokens a data format adds to each source sentence (a separator or end token; ``<s>`` and
+    ``</s>`` in G-Transformer's), which dynamic length sampling counts."""
+    from . import joiner_class  # the registry knows every format, the methods' included
+    return int(joiner_class(separator).overhead(1, "src"))
+
+
+def _dls_rows(corpus: Corpus, mode: ModeConfig, epoch: int, seed: int) -> np.ndarray | None:
+    return training_rows(corpus, mode, epoch, seed, format_marks(mode.separator)) if uses_dls(mode) else None
+
+
+def _dls_plots(cfg, corpus: Corpus, save_dir: Path, epoch: int) -> None:
+    if uses_dls(cfg.data):
+        plot_dls_lengths(corpus, cfg.data, cfg.train.seed, epoch, Path(save_dir) / "dls_lengths.png",
+                         format_marks(cfg.data.separator))
 
 
 def plot_dls_lengths(corpus: Corpus, mode: ModeConfig, seed: int, last_epoch: int, path: Path, marks: int,
@@ -248,6 +266,8 @@ class Sliding(Walk):
     """Sliding decoding: round r holds every document's r-th window; sentences of a window that
     the previous window translated are forced (see module doc)."""
 
+    cuts_documents = True
+
     def rounds(self, translator, corpus, search):
         data = translator.cfg.data
         costs = corpus.src.lengths + translator.joiner.overhead(np.ones(1, dtype=np.int64), "src")
@@ -269,7 +289,11 @@ class Sliding(Walk):
 
 
 def uses_sliding(cfg, search) -> bool:
-    return bool(getattr(search, "sliding", False)) and cfg.data.is_document_level
+    return search.sliding and cfg.data.is_document_level
+
+
+def _sliding_walk(cfg, search) -> Walk | None:
+    return Sliding() if uses_sliding(cfg, search) else None
 
 
 def count_constraint(translator, rows: np.ndarray):
@@ -281,3 +305,46 @@ def count_constraint(translator, rows: np.ndarray):
     n = torch.as_tensor(rows[:, 1] - rows[:, 2], device=device)
     next_sep = torch.tensor([joiner.sep(c) for c in range(1, int(n.max()) + 1)], device=device)
     return SentenceCount(n, sorted(joiner.sep_ids), next_sep, joiner.end)
+
+
+def _count_args(translator, search, rows: np.ndarray, src: Tensor) -> dict | None:
+    """``decode.sentence_count`` (implied by sliding decoding): the sentence-count constraint."""
+    if not (search.sentence_count or search.sliding):
+        return None
+    count = count_constraint(translator, rows)
+    return None if count is None else {"processors": [count]}
+
+
+def _length_aware(model, cfg, vocab) -> None:
+    if cfg.model.length_aware:
+        model.length_scale = LengthAwareScale()
+
+
+# --------------------------------------------------------------------------------------------
+# The switches (registered in docnmt/methods/__init__.py)
+# --------------------------------------------------------------------------------------------
+
+DLS = Extension(name="dls", training_rows=_dls_rows, plots=_dls_plots, settings=(
+    Setting("data.dls", False, "doc2doc: training segments resampled every epoch (dynamic length sampling)",
+            "--dls"),
+    Setting("data.dls_start_epoch", 20, "dynamic length sampling's temperature T = exp(epoch - k): this k",
+            "--dls-start-epoch"),
+    Setting("data.dls_adaptive", True, "false: T = inf in every epoch, segment lengths drawn uniformly (the "
+            "fixed-temperature ablation)"),
+    Setting("data.dls_epoch_offset", 0, "epochs of the DLS curriculum already behind a fine-tuned model: epoch e "
+            "samples as e + this", limit=ranges.AT_LEAST_0),
+))
+
+LENGTH_AWARE = Extension(name="length_aware", model_pieces=_length_aware, settings=(
+    Setting("model.length_aware", False, "length-aware attention (logits x log n / log mean n)", "--length-aware"),
+))
+
+SLIDING = Extension(name="sliding", walk=_sliding_walk, search_args=_count_args, settings=(
+    Setting("decode.sliding", False, "Doc2Doc: sliding decoding of documents longer than the window", "--sliding"),
+    Setting("decode.sliding_window", 0.8, "sliding window as a share of the training instance budget",
+            "--sliding-window", limit=ranges.FINITE_ABOVE_0),
+    Setting("decode.sentence_count", False, "force the source's sentence count (separator formats)",
+            "--sentence-count"),
+))
+
+EXTENSIONS = (DLS, LENGTH_AWARE, SLIDING)

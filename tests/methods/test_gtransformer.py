@@ -28,7 +28,7 @@ from docnmt.methods.length_bias import LengthAwareScale
 from docnmt.model import AttentionSublayer, ModelConfig, State
 from docnmt.readers import read_documents
 from docnmt.search import SearchConfig, beam_search
-from docnmt.train import Trainer
+from docnmt.training import Trainer
 from docnmt.translate import Translator
 
 PAD, BOS, EOS, EOD = 0, 2, 3, 49
@@ -365,7 +365,7 @@ def test_frame_decoding_keeps_the_source_sentence_structure():
 
 def test_word_dropout_only_in_its_first_epochs(tiny_dir, tmp_path):
     cfg = tiny_config("doc2doc", max_update=1).override({"train.word_dropout": 0.5, "train.word_dropout_epochs": 2})
-    tr = Trainer(cfg, tiny_dir / "data", tmp_path / "m", progress_bar=False)
+    tr = Trainer.from_dirs(cfg, tiny_dir / "data", tmp_path / "m", progress_bar=False)
     batch = tr.epoch_batches(1)[0]
     clean = tr.train_set.collate(batch)
     for epoch, dropped in ((1, True), (2, True), (3, False)):
@@ -436,11 +436,12 @@ def test_group_format_round_trip(tiny_vocab):
     assert (joiner.start, joiner.end, joiner.sep_ids) == (eod, eod, set())
 
 
-def test_start_token_for_any_search_settings():
-    """Plain search settings (no ``official_start``) start from the format's token."""
+def test_start_token_follows_the_official_start_setting():
+    """Decoding settings at their defaults start from the format's token; ``official_start`` from ``<s>``."""
+    from docnmt.config import section_class
     tr = type("T", (), {"vocab": type("V", (), {"bos": BOS})()})()
-    assert METHOD.start_token(tr, SearchConfig(), 1) is None
-    assert METHOD.start_token(tr, type("S", (), {"official_start": True})(), 1) == BOS
+    assert METHOD.start_token(tr, section_class("decode")(), 1) is None
+    assert METHOD.start_token(tr, section_class("decode")(official_start=True), 1) == BOS
 
 
 def test_frame_needs_a_word_in_every_sentence():
@@ -493,13 +494,13 @@ def test_train_and_translate_documents(tiny_dir, tmp_path):
     cfg = tiny_config("doc2doc", max_update=8).override({
         "method.name": "gtransformer", "data.separator": "group", "method.combined_enc_self": 1,
         "method.combined_dec_self": 1, "method.combined_cross": 1, "data.max_instance_tokens": 160})
-    Trainer(cfg, data, tmp_path / "m", progress_bar=False).train()
+    Trainer.from_dirs(cfg, data, tmp_path / "m", progress_bar=False).train()
     valid = [row for row in history(tmp_path / "m") if "valid_loss" in row]
     kinds = {k[len("valid_entropy_"):] for k in valid[-1] if k.startswith("valid_entropy_")}
     assert kinds == {"enc_self", "enc_self_global", "dec_self", "dec_self_global", "cross", "cross_global"}
     assert valid[-1]["valid_entropy_cross"] < valid[-1]["valid_entropy_cross_global"]   # groups: fewer keys
     tr = Translator.load(tmp_path / "m", device="cpu")
-    docs = [d for d in read_documents(str(tiny_dir / "raw/ted.en"), fmt="marker")[:2]]
+    docs = [d for d in read_documents(str(tiny_dir / "raw/chat.en"), fmt="marker")[:2]]
     for d in docs:
         d.src = d.src[:12]
     search = tr.cfg.decode.__class__(**{**vars(tr.cfg.decode), "beam": 2, "max_sentences": 8})
@@ -558,11 +559,11 @@ def test_fine_tuning_from_a_sentence_model(tiny_dir, tmp_path):
     from safetensors.torch import load_file
     data = tiny_dir / "data"
     sent = tiny_config("sent2sent", max_update=3).override({"data.separator": "group"})
-    Trainer(sent, data, tmp_path / "sent", progress_bar=False).train()
+    Trainer.from_dirs(sent, data, tmp_path / "sent", progress_bar=False).train()
     doc_cfg = tiny_config("doc2doc", max_update=4, save_interval_updates=2, pretrained_lr_scale=0.2).override({
         "method.name": "gtransformer", "data.separator": "group", "method.combined_enc_self": 1,
         "method.combined_dec_self": 1, "method.combined_cross": 1})
-    tr = Trainer(doc_cfg, data, tmp_path / "gt", progress_bar=False, init_from=tmp_path / "sent")
+    tr = Trainer.from_dirs(doc_cfg, data, tmp_path / "gt", progress_bar=False, init_from=tmp_path / "sent")
     weights = load_file(str(tmp_path / "sent" / "model.safetensors"))
     params = dict(tr.model.named_parameters())
     local = "decoder.layers.1.sublayers.1.attn.in_proj.weight"          # a combined cross-attention's local part
@@ -580,8 +581,8 @@ def test_fine_tuning_from_a_sentence_model(tiny_dir, tmp_path):
     assert ratio[1] == pytest.approx(0.2 * ratio[0])                     # one schedule, two scales
     # resumed with bf16 autocast: two parameter groups and mixed precision together
     # (docs/methods/gtransformer.md#gt-mixed-precision)
-    resumed = Trainer(doc_cfg.override({"train.max_update": 6, "train.precision": "bf16"}), data, tmp_path / "gt",
-                      progress_bar=False)
+    resumed = Trainer.from_dirs(doc_cfg.override({"train.max_update": 6, "train.precision": "bf16"}), data,
+                                tmp_path / "gt", progress_bar=False)
     assert resumed.pretrained == tr.pretrained and len(resumed.optimizer.param_groups) == 2
     resumed.train()
     assert resumed.progress.updates == 6
@@ -591,7 +592,8 @@ def test_init_from_a_model_of_another_size_is_a_clear_error(tiny_dir, tiny_model
     from docnmt.errors import DocnmtError
     bigger = tiny_config("sent2sent", max_update=1).override({"model.d_model": 48})
     with pytest.raises(DocnmtError, match="do not fit"):
-        Trainer(bigger, tiny_dir / "data", tmp_path / "b", progress_bar=False, init_from=tiny_model("sent2sent"))
+        Trainer.from_dirs(bigger, tiny_dir / "data", tmp_path / "b", progress_bar=False,
+                          init_from=tiny_model("sent2sent"))
 
 
 def test_attention_entropy_probe_matches_its_definition():

@@ -7,13 +7,16 @@ import numpy as np
 import pytest
 
 from _tiny import assert_incremental_equals_full, random_pair, tiny_config, translate_checked
+from docnmt.config import section_class
 from docnmt.data import Corpus, ModeConfig, Side, build_instances
 from docnmt.errors import ConfigError
-from docnmt.methods import format_marks, training_rows
-from docnmt.methods.length_bias import dls_instances, dls_probabilities, dls_segments, dls_temperature
+from docnmt.methods import training_rows
+from docnmt.methods.length_bias import dls_instances, dls_probabilities, dls_segments, dls_temperature, format_marks
 from docnmt.readers import read_documents
-from docnmt.train import Trainer
+from docnmt.training import Trainer
 from docnmt.translate import Translator
+
+DataConfig = section_class("data")     # the data section with the switches' settings (data.dls, ...)
 
 
 def test_dls_distribution_follows_the_temperature_schedule():
@@ -46,11 +49,11 @@ def test_dls_instances_are_seeded_per_epoch_and_cover_each_sentence_once(tiny_co
         covered = np.concatenate([np.arange(a, b) for a, b, _ in r])
         np.testing.assert_array_equal(np.sort(covered), np.arange(tiny_corpus.n_sents))   # no overlap, no gap
     assert (rows(7)[:, 1] - rows(7)[:, 0]).mean() > 1                          # later epochs: longer
-    mode = ModeConfig("doc2doc", max_instance_tokens=128, dls=True, dls_start_epoch=2)
+    mode = DataConfig("doc2doc", max_instance_tokens=128, dls=True, dls_start_epoch=2)
     np.testing.assert_array_equal(training_rows(tiny_corpus, mode, epoch=5), rows(5))
     assert not np.array_equal(build_instances(tiny_corpus, mode, training=False), rows(5))  # validation: fixed
     # fine-tuning from a sentence model: epoch 1 continues the curriculum at epoch 1 + offset
-    later = ModeConfig("doc2doc", max_instance_tokens=128, dls=True, dls_start_epoch=2, dls_epoch_offset=6)
+    later = DataConfig("doc2doc", max_instance_tokens=128, dls=True, dls_start_epoch=2, dls_epoch_offset=6)
     np.testing.assert_array_equal(training_rows(tiny_corpus, later, epoch=1), rows(7))
 
 
@@ -65,7 +68,7 @@ def test_dls_segments_of_the_group_format_stay_under_the_budget(tiny_vocab):
             for d in range(3)]
     corpus = Corpus.encode(docs, tiny_vocab)
     src, tgt = corpus.src.lengths, corpus.tgt.lengths
-    mode = ModeConfig("doc2doc", max_instance_tokens=64, dls=True, dls_start_epoch=2, separator="group")
+    mode = DataConfig("doc2doc", max_instance_tokens=64, dls=True, dls_start_epoch=2, separator="group")
     multi = 0
     for epoch in (6, 7, 8, 9):
         for a, b, _ in training_rows(corpus, mode, epoch=epoch):
@@ -81,7 +84,7 @@ def test_dls_counts_the_format_marks_and_needs_a_budget(tmp_path):
     side = Side.from_lists([[5] * 7, [6] * 4, [7] * 3])
     corpus = Corpus(side, side, np.array([0, 3]), ["d"])
     with pytest.raises(ConfigError, match="max_instance_tokens"):    # not numpy's zero-size error
-        training_rows(corpus, ModeConfig(mode="doc2doc", dls=True, max_instance_tokens=0), epoch=1)
+        training_rows(corpus, DataConfig(mode="doc2doc", dls=True, max_instance_tokens=0), epoch=1)
     assert len(build_instances(corpus, ModeConfig(mode="doc2doc", max_instance_tokens=0))) == 1
 
 
@@ -92,7 +95,7 @@ def test_trainer_resamples_every_epoch_and_plots_the_lengths(tiny_dir, tmp_path)
     data = tiny_dir / "data"
     cfg = tiny_config("doc2doc", max_epoch=3).override({"data.dls": True, "data.dls_start_epoch": -2,  # T=e^4, e^5
                                                        "data.max_instance_tokens": 200})
-    tr = Trainer(cfg, data, tmp_path / "m", progress_bar=False)
+    tr = Trainer.from_dirs(cfg, data, tmp_path / "m", progress_bar=False)
     assert len(tr.make_train_set(1)) == tr.train_corpus.n_sents
     np.testing.assert_array_equal(tr.make_train_set(3).rows, tr.make_train_set(3).rows)
     trained, batches = {}, tr.epoch_batches
@@ -120,7 +123,7 @@ from docnmt.methods.length_bias import LengthAwareScale  # noqa: E402
 from docnmt.model import ModelConfig, Transformer  # noqa: E402
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
-                  dropout=0.0, length_aware=True)
+                  dropout=0.0)     # length-aware attention is the piece the tests attach (model.length_scale)
 
 
 def test_lambda_is_one_at_the_mean_length_and_uses_causal_length_in_the_decoder():
@@ -152,7 +155,7 @@ def test_mean_lengths_are_saved_with_the_weights_and_incremental_equals_full():
     assert_incremental_equals_full(model, src, tgt)
     with torch.no_grad():
         full = model.decode(tgt, model.encode(src))
-        plain = Transformer(ModelConfig(**{**vars(CFG), "length_aware": False})).eval()
+        plain = Transformer(ModelConfig(**vars(CFG))).eval()
         plain.load_state_dict({k: v for k, v in model.state_dict().items() if "length_scale" not in k})
         assert not torch.allclose(plain.decode(tgt, plain.encode(src)), full)
 
@@ -162,7 +165,7 @@ def test_trainer_refreshes_the_mean_lengths_every_epoch(tiny_dir, tmp_path):
     data = tiny_dir / "data"
     cfg = tiny_config("doc2doc", max_epoch=3).override({"data.dls": True, "data.dls_start_epoch": -3,  # T=e^5, e^6
                                                        "data.max_instance_tokens": 200, "model.length_aware": True})
-    tr = Trainer(cfg, data, tmp_path / "m", progress_bar=False)
+    tr = Trainer.from_dirs(cfg, data, tmp_path / "m", progress_bar=False)
     first = float(tr.model.length_scale.log_mean_src)
     assert first == pytest.approx(math.log(tr.train_set.src_lens.mean()))
     tr.train()
@@ -235,7 +238,8 @@ def test_sliding_decoding_translates_every_sentence_once(tiny_dir, tmp_path, mon
                      "method.combined_dec_self": 1, "method.combined_cross": 1})
     if method == "ptransformer":
         over.update({"method.name": "ptransformer"})
-    Trainer(tiny_config("doc2doc", max_update=6).override(over), data, tmp_path / "m", progress_bar=False).train()
+    Trainer.from_dirs(tiny_config("doc2doc", max_update=6).override(over), data, tmp_path / "m",
+                      progress_bar=False).train()
     # spies: what each round adds to the outputs, and every forced prefix's sentences
     decode, prefix, seen = Translator._decode, None, {"forced": [], "outputs": None}
 
@@ -256,7 +260,7 @@ def test_sliding_decoding_translates_every_sentence_once(tiny_dir, tmp_path, mon
 
     monkeypatch.setattr(Translator, "_decode", spy_decode)
     tr = Translator.load(tmp_path / "m", device="cpu")
-    docs = [d.src[:14] for d in read_documents(str(tiny_dir / "raw/ted.en"), fmt="marker")[:2]]
+    docs = [d.src[:14] for d in read_documents(str(tiny_dir / "raw/chat.en"), fmt="marker")[:2]]
     out, report = tr.translate(docs, replace(tr.cfg.decode, beam=2, sliding=True))
     assert report.instances > 2 * 2                                  # several windows per document
     outputs = seen["outputs"]
@@ -268,7 +272,7 @@ def test_sliding_decoding_translates_every_sentence_once(tiny_dir, tmp_path, mon
     for sents in forced:                                             # ... as the earlier output of those sentences
         assert any(flat[i:i + len(sents)] == sents for i in range(len(flat)))
     monkeypatch.undo()
-    translate_checked(tmp_path / "m", tiny_dir / "raw/ted.en", 14, sliding=True)   # batched = unbatched
+    translate_checked(tmp_path / "m", tiny_dir / "raw/chat.en", 14, sliding=True)   # batched = unbatched
     tr.cfg.data.max_instance_tokens = 0                              # --max-instance-tokens 0: no window
     with pytest.raises(ConfigError, match="sliding decoding needs a window"):
         tr.translate([["One.", "Two."]], replace(tr.cfg.decode, sliding=True))

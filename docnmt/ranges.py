@@ -1,0 +1,19 @@
+"""The allowed ranges of settings, as ``(ok, allowed)`` pairs: ``ok(value)`` false is a config
+error "must be {allowed}, not {value}" (:func:`docnmt.config.Config.from_dict`). Shared by the
+core's sections (:data:`docnmt.config.LIMITS`) and the settings extensions declare
+(:class:`docnmt.methods.Setting`)."""
+from __future__ import annotations
+
+import math
+
+
+def one_of(values: tuple) -> tuple:
+    return (lambda v: v in values, ", ".join(values[:-1]) + f" or {values[-1]}")
+
+
+AT_LEAST_0 = (lambda v: v >= 0, "at least 0")
+AT_LEAST_1 = (lambda v: v >= 1, "at least 1")
+PROBABILITY = (lambda v: 0 <= v < 1, "in [0, 1)")
+FINITE = (lambda v: math.isfinite(v), "a finite number")
+FINITE_AT_LEAST_0 = (lambda v: math.isfinite(v) and v >= 0, "a finite number, at least 0")
+FINITE_ABOVE_0 = (lambda v: math.isfinite(v) and v > 0, "a finite number above 0")
