@@ -10,7 +10,8 @@ from docnmt import methods
 
 PACKAGE = Path(docnmt.__file__).parent
 CORE = ["model.py", "attention.py", "ops.py", "train.py", "search.py", "translate.py", "scoring.py", "config.py",
-        "checkpoint.py", *(f"data/{p.name}" for p in (PACKAGE / "data").glob("*.py"))]
+        "checkpoint.py", *(f"data/{p.name}" for p in (PACKAGE / "data").glob("*.py")),
+        *(f"serve/{p.name}" for p in sorted((PACKAGE / "serve").glob("*.py")))]
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -417,7 +417,8 @@ def test_the_api_key_guards_the_api_but_not_the_page(api):
 
 
 def test_serve_without_the_extra_says_how_to_install_it(cli_error, monkeypatch, tmp_path):
-    monkeypatch.delitem(sys.modules, "docnmt.serve")
+    for name in [m for m in sys.modules if m == "docnmt.serve" or m.startswith("docnmt.serve.")]:
+        monkeypatch.delitem(sys.modules, name)                  # the package and its modules, as in a fresh process
     monkeypatch.setitem(sys.modules, "fastapi", None)           # as if it were not installed
     line = cli_error("serve", tmp_path)
     assert "fastapi is missing" in line and "pip install 'docnmt[serve]'" in line
