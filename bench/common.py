@@ -1,5 +1,10 @@
 """Shared set-up of the benchmark scripts: the Tier M and Tier M-fr data (docs/benchmarks.md), timing and memory
-helpers."""
+helpers. The experiments (experiments/) prepare the tiers' data through its command line:
+
+    python bench/common.py tier_m [DIR]                  # Tier M into DIR (default bench/.cache/tier_m)
+    python bench/common.py tier_mfr [DIR] [--enfr E]     # Tier M-fr (default bench/.cache/tier_mfr)
+    python bench/common.py tier_mfr_dry DEST             # a miniature of ../shared/data/enfr (a dry run's)
+"""
 from __future__ import annotations
 
 import json
@@ -67,7 +72,7 @@ def time_forward_backward(model, batch: dict, repeats: int) -> tuple[float, floa
     the peak memory they added (MB)."""
     import numpy as np
 
-    from docnmt.train import forward_loss
+    from docnmt.training import forward_loss
     base = peak_rss_mb()
     times = []
     for _ in range(repeats + 1):
@@ -117,7 +122,7 @@ def tier_mfr_data(directory: str | Path | None = None, valid_docs: int = 2, enfr
 
 
 def tier_mfr_dry_copy(dest: str | Path, docs: int = 6, sents: int = 25) -> Path:
-    """A miniature of ../shared/data/enfr for ``bench/tier_mfr.sh --dry-run``: the first ``docs``
+    """A miniature of ../shared/data/enfr for ``experiments/tier_mfr/tier_mfr.sh --dry-run``: the first ``docs``
     Hansard sittings of train and valid cut to ``sents`` sentences, the real suites (linked)."""
     dest = Path(dest)
     for split in ("train", "valid"):
@@ -141,3 +146,24 @@ def tier_mfr_dry_copy(dest: str | Path, docs: int = 6, sents: int = 25) -> Path:
     if not (dest / "suites").exists():
         (dest / "suites").symlink_to(SHARED / "enfr" / "suites")
     return dest
+
+
+def main() -> None:
+    import argparse
+    ap = argparse.ArgumentParser(description="prepare a tier's data (docs/benchmarks.md)")
+    ap.add_argument("tier", choices=("tier_m", "tier_mfr", "tier_mfr_dry"))
+    ap.add_argument("dir", nargs="?", help="where (tier_mfr_dry: required)")
+    ap.add_argument("--enfr", help="tier_mfr: another copy of ../shared/data/enfr (a dry run's)")
+    a = ap.parse_args()
+    if a.tier == "tier_m":
+        tier_m_data(a.dir)
+    elif a.tier == "tier_mfr":
+        tier_mfr_data(a.dir, enfr=a.enfr or None)
+    elif not a.dir:
+        ap.error("tier_mfr_dry needs DEST")
+    else:
+        tier_mfr_dry_copy(a.dir)
+
+
+if __name__ == "__main__":
+    main()

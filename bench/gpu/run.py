@@ -8,7 +8,8 @@ Writes ``OUTDIR/results.json`` (rewritten after every stage, so a cut-off run ke
 and ``OUTDIR/log.txt`` (every stage's output). A stage runs in its own process under its budget
 (× ``--scale``); a stage that fails or runs out of time is recorded as such and the next one
 runs. ``--dry-run`` runs every stage on the CPU at tiny sizes on ``bench/gpu/data-dry`` (made by
-``bench/gpu/prepare.py --dry-run``), as ``tests/integration/test_gpu_bench.py`` does.
+``bench/gpu/prepare.py --dry-run``), as ``tests/integration/test_gpu_bench.py`` and
+``experiments/tier_l/test_tierl.py`` do.
 See bench/gpu/README.md.
 """
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+# the stages run as scripts of their own: speed here, Tier L (one comparison) in experiments/tier_l
+STAGE_SCRIPTS = {"speed": HERE / "speed.py", "tierl": ROOT / "experiments/tier_l/tierl.py"}
 
 # seconds; 540 in all, each stage allowed about 30 s more to finish: give the device call 600 s
 BUDGETS = {"env": 20, "correctness": 150, "speed": 130, "tierl": 240}
@@ -134,8 +137,8 @@ def run_stage(name: str, out: Path, dry: bool, budget: float, log) -> dict:
     result_file = out / f"{name}.json"
     result_file.unlink(missing_ok=True)
     cmd = [sys.executable, str(HERE / "run.py"), str(out), "--one", name, "--budget", str(budget)]
-    if name in ("speed", "tierl"):
-        cmd = [sys.executable, str(HERE / f"{name}.py"), str(out), "--budget", str(budget)]
+    if name in STAGE_SCRIPTS:
+        cmd = [sys.executable, str(STAGE_SCRIPTS[name]), str(out), "--budget", str(budget)]
     if dry:
         cmd.append("--dry-run")
     log(f"== stage {name} (budget {budget:.0f} s): {' '.join(cmd)}")

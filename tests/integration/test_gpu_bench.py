@@ -1,11 +1,11 @@
 """bench/gpu/run.py keeps working while no GPU is around: its dry run (every stage on the CPU at
-tiny sizes) completes and reports every figure; a failing stage does not stop the next."""
+tiny sizes) completes and reports every figure; a failing stage does not stop the next. Its Tier L
+stage (one comparison, experiments/tier_l/tierl.py) is tested in experiments/tier_l/test_tierl.py."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
@@ -14,7 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "bench/gpu/run.py"
 
-pytestmark = pytest.mark.usefixtures("shared_data")
+# The dry run builds its data from ../shared/data/enfr (Hansard: bench/gpu/prepare.py --dry-run), which a clone
+# lacks. Until it reads data inside the repository this skip is one that .ci/run refuses (tests/_skips.py).
+HANSARD = ROOT.parent / "shared/data/enfr"
+pytestmark = pytest.mark.skipif(not HANSARD.is_dir(), reason=f"the dry run's Hansard data not found at {HANSARD}")
 
 
 def run(out: Path, *args: str) -> dict:
@@ -25,9 +28,9 @@ def run(out: Path, *args: str) -> dict:
 
 
 def test_dry_run_runs_every_stage_and_reports_every_figure(tmp_path):
-    r = run(tmp_path)
+    r = run(tmp_path, "--stages", "env", "correctness", "speed")
     stages = r["stages"]
-    assert list(stages) == ["env", "correctness", "speed", "tierl"]
+    assert list(stages) == ["env", "correctness", "speed"]
     assert {s["status"] for s in stages.values()} == {"ok"}, {k: s["status"] for k, s in stages.items()}
     assert stages["env"]["bf16_peak_tflops"] > 0 and stages["env"]["torch"]
     c = stages["correctness"]
@@ -47,50 +50,13 @@ def test_dry_run_runs_every_stage_and_reports_every_figure(tmp_path):
     assert s["train_documents_4x"]["docnmt"]["target_tokens_per_s"] > 0
     assert s["decode_beam5"]["speedup"] > 0
     assert {row["model"] for row in s["g_transformer_long"] if "seconds" in row} == {"flex", "dense", "vanilla"}
-    t = stages["tierl"]
-    assert t["ok"] and all(step["rc"] == 0 for step in t["steps"])
-    assert "d_bleu" in t["gt"]["valid"] and "bootstrap" in json.dumps(t["gt"]["valid"]) and "anaphora" in t["gt"]
-    # the control (the sentence model continued for the G-Transformer's updates), what it is tested against
-    assert t["control"]["updates"] == t["gt"]["updates"] == t["control_updates"] > 0
-    assert t["gt"]["updates"] != t["sent"]["updates"]         # so the count is the G-Transformer's
-    assert "bootstrap" in json.dumps(t["control"]["valid.vs_sent"])
-    assert "bootstrap" not in json.dumps(t["control"]["valid"])
-    assert all(t["gt"][s]["against"] for s in ("anaphora", "lexical-choice", "scat_yin2021_enfr"))
-    with tarfile.open(tmp_path / "tierl.tar.gz") as tar:
-        names = set(tar.getnames())
-        configs = {n: tar.extractfile(f"{n}/config.yaml").read().decode() for n in ("gt", "control")}
-    assert {"sent/valid.fr", "gt/valid.fr", "gt/valid.json", "gt/anaphora.scores.jsonl", "sent/config.yaml",
-            "control/valid.fr", "control/anaphora.scores.jsonl"} <= names
-    lines = {n: set(c.splitlines()) for n, c in configs.items()}
-    assert {"  flex_attention: false", "  word_dropout: 0.0", "  pretrained_lr_scale: 1.0",
-            "  sentence_positions: true"} <= lines["gt"]
-    for n in ("gt", "control"):           # the same schedule and tokens per update
-        assert {"  lr: 0.0005", "  warmup_updates: 100", "  update_freq: 1", "  max_tokens: 1500"} <= lines[n], n
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt", "results.json", "tierl.tar.gz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.txt", "results.json"]
 
 
 def test_a_stage_out_of_time_is_recorded_and_the_next_stage_runs(tmp_path):
     r = run(tmp_path, "--stages", "correctness", "env", "--scale", "0.01")   # 3 s for the CUDA checks
     assert r["stages"]["correctness"]["status"] != "ok"
     assert r["stages"]["env"]["status"] == "ok" and r["stages"]["env"]["bf16_peak_tflops"] > 0
-
-
-def test_tierl_stops_at_its_deadline_and_keeps_what_it_did(tmp_path):
-    """A step still running when the stage's budget ends is stopped and the rest are skipped; the
-    summary (written after every step) says which, and comes back with the outputs so far."""
-    subprocess.run([sys.executable, str(ROOT / "bench/gpu/prepare.py"), "--dry-run"], cwd=ROOT, check=True,
-                   capture_output=True)
-    t0 = time.time()
-    proc = subprocess.run([sys.executable, str(ROOT / "bench/gpu/tierl.py"), str(tmp_path), "--dry-run",
-                           "--budget", "35", "--dry-updates", "100000", "--work", str(tmp_path / "work")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    summary = json.loads((tmp_path / "tierl.json").read_text())
-    rcs = [step["rc"] for step in summary["steps"]]
-    assert rcs[0] == "stopped: out of time", rcs             # the sentence model's 100,000 updates
-    assert set(rcs[1:]) == {"skipped: an earlier step failed"}, rcs
-    assert summary["ok"] is False and 14 < summary["seconds"] < 30 and time.time() - t0 < 60, summary
-    assert tarfile.is_tarfile(tmp_path / "tierl.tar.gz") and not list(tmp_path.glob("*.tmp"))
 
 
 def test_speed_keeps_the_docnmt_figures_when_hugging_face_fails_and_writes_every_row(tmp_path, monkeypatch):

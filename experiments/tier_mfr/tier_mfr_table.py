@@ -1,0 +1,322 @@
+"""The Tier M-fr table from the kept results (experiments/tier_mfr/results/<run>/): per system the
+updates, training time, final validation loss, s-/d-BLEU and s-/d-chrF on the six validation
+sittings with the difference from the control and its paired-bootstrap p-value, the contrastive
+suites' accuracy with the exact McNemar p-value against the control, and coverage; then how much
+each system uses its context (CXMI on the validation sittings, attention entropies); then, per
+document method, what it is significantly better at than the control (difference > 0 with
+p < 0.05: the paired bootstrap's one-sided p for BLEU and chrF, the exact McNemar test's
+two-sided p for the suites) and whether that meets Tier M-fr's target: better on d-BLEU and on
+at least one contrastive suite, with every sentence of every document recovered. Two systems get
+a second verdict row against the baseline their paper's claim is about (ALSO): the
+context-encoder Transformer, whose sentence weights stay stage 1's, against stage 1, and
+G-Transformer + DLS + LAA against the G-Transformer (the bootstrap from valid.vs_<baseline>.json,
+the McNemar tests recomputed from both runs' kept per-example suite scores).
+
+    python experiments/tier_mfr/tier_mfr_table.py experiments/tier_mfr/results            # Markdown table
+    python experiments/tier_mfr/tier_mfr_table.py --best-other experiments/tier_mfr/results   # the best document model
+                                                                     # other than G-Transformer (d-BLEU)
+    python experiments/tier_mfr/tier_mfr_table.py --plot experiments/tier_mfr/results/deltas.png \
+        experiments/tier_mfr/results
+        # and a figure of every system's difference from the control (and second baseline): d-BLEU
+        # with its 95% bootstrap interval, each contrastive suite's accuracy (filled where p < 0.05)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+ORDER = ["control", "doc2doc", "doc2doc_sentpos", "gt", "gt_sentpos", "gt_sentpos_lr1", "gt_sentpos_lr1_nowd",
+         "gt_dls_laa", "pt", "docflat_d", "docflat_d_sentpos", "context", "context_full",
+         "context_full_tok"]
+NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (control)", "doc2doc": "Doc2Doc",
+         "gt": "G-Transformer (fine-tuned)", "gt_sentpos": "G-Transformer (fine-tuned, sentence positions)",
+         "gt_sentpos_lr1": "G-Transformer (fine-tuned, sentence positions, full lr)",
+         "gt_dls_laa": "G-Transformer + DLS + LAA (sentence positions)", "pt": "P-Transformer",
+         "docflat_d": "DocFlat_D (two-pass)", "context": "context-encoder Transformer",
+         "doc2doc_sentpos": "Doc2Doc (sentence positions)",
+         "docflat_d_sentpos": "DocFlat_D (two-pass, sentence positions)",
+         "context_full": "context-encoder Transformer (sentence weights trained too)",
+         "context_full_tok":
+         "context-encoder Transformer (sentence weights trained too, the control's tokens per update)",
+         "gt_sentpos_lr1_nowd": "G-Transformer (fine-tuned, sentence positions, full lr, no word dropout)"}
+# second baselines (experiments/tier_mfr/tier_mfr.sh)
+ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos",
+        "docflat_d_sentpos": "docflat_d", "doc2doc_sentpos": "doc2doc", "context_full": "context",
+        "context_full_tok": "context_full", "gt_sentpos_lr1_nowd": "gt_sentpos_lr1"}
+SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
+          ("scat_yin2021_enfr", "SCAT valid"))
+# the separator formats decoded a second time with the source's sentence count forced (translate
+# --sentence-count): valid.count.json and valid.count.coverage.json beside the run's own; the same
+# model, so the same training, NLL and suite scores (teacher-forced, whatever the decoding)
+COUNTED = "decoded with the source's sentence count"
+
+
+def load(path: Path):
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def last_valid(run: Path) -> dict:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()] \
+        if (run / "metrics.jsonl").exists() else []
+    valid = [r for r in rows if "valid_loss" in r]
+    return {**(valid[-1] if valid else {}), "updates": max((r.get("updates", 0) for r in rows), default=0)}
+
+
+def score_cell(ev: dict | None, key: str, boot: str | None, level: str) -> str:
+    if not ev or not ev.get(key):
+        return "–"
+    cell = f"{ev[key]['score']:.2f}"
+    test = (ev.get(boot) or {}).get(level) if boot else None
+    if test:   # evaluate --hyp SYSTEM --compare CONTROL: delta = control - system
+        cell += f" ({-test['delta']:+.2f}, p={test['p_value']:.3f})"
+    return cell
+
+
+def suite_cell(rep: dict | None) -> str:
+    if not rep:
+        return "–"
+    cell = f"{100 * rep['accuracy']:.1f}"
+    if "against" in rep:
+        t = rep["against"]
+        cell += f" ({100 * t['delta']:+.1f}, p={t['p_value']:.3f})"
+    return cell
+
+
+def coverage_cell(cov: dict | None) -> str:
+    if not cov:
+        return "–"
+    return f"{cov['documents_fully_recovered']}/{cov['documents']} ({cov['empty_sentences']} empty)"
+
+
+def rows(root: Path) -> list[list[str]]:
+    out = []
+    runs = [r for r in ["stage1", *ORDER] if (root / r).exists()]
+    runs += sorted(p.name for p in root.iterdir() if p.is_dir() and p.name not in runs)
+    for name in runs:
+        run = root / name
+        v, t = last_valid(run), load(run / "training_time.json")
+        for ev, cov, label in decodings(root, name):
+            out.append([label, f"{v['updates']:,}", f"{t['seconds'] / 3600:.1f} h" if t else "–",
+                        f"{v['valid_nll_loss']:.3f}" if "valid_nll_loss" in v else "–",
+                        score_cell(ev, "s_bleu", "bootstrap", "s"), score_cell(ev, "d_bleu", "bootstrap", "d"),
+                        score_cell(ev, "s_chrf", "bootstrap_chrf", "s"),
+                        score_cell(ev, "d_chrf", "bootstrap_chrf", "d"),
+                        *(suite_cell(load(run / f"{s}.json")) for s, _ in SUITES), coverage_cell(cov)])
+    return out
+
+
+def system_name(root: Path, name: str) -> str:
+    """A run's row label; a run scored from its kept fp16 weights (tier_mfr_keep.py
+    --restore-trained, after runs/ was lost) says so."""
+    restored = (root / name / "weights_restored.json").exists()
+    return NAMES.get(name, name) + (" [scored from its fp16 weights]" if restored else "")
+
+
+def decodings(root: Path, name: str):
+    """``(scores, coverage, row label)`` of each decoding of run ``name``: its own, then the one
+    with the source's sentence count forced where the queue made it."""
+    run = root / name
+    yield load(run / "valid.json"), load(run / "valid.coverage.json"), system_name(root, name)
+    if (run / "valid.count.json").exists():
+        yield load(run / "valid.count.json"), load(run / "valid.count.coverage.json"), \
+            f"{system_name(root, name)}, {COUNTED}"
+
+
+HEADER = ["system", "updates", "training", "valid NLL (bits)", "s-BLEU (Δ, p)", "d-BLEU (Δ, p)", "s-chrF (Δ, p)",
+          "d-chrF (Δ, p)", *(n + " % (Δ, p)" for _, n in SUITES), "documents fully recovered"]
+
+
+CONTEXT_HEADER = ["system", "CXMI (bits/word piece)", "sentences more likely with context",
+                  "attention on other sentences: cross / decoder self / encoder self",
+                  "attention entropy (bits): cross / decoder self / encoder self"]
+KINDS = ("cross", "dec_self", "enc_self")
+
+
+def kind_cell(values: dict, fmt, context_label: str) -> str:
+    """One figure per attention kind (G-Transformer's global variant beside its local one, the
+    context encoder's context attention after them)."""
+    cells = []
+    for kind in KINDS:
+        cell = fmt(values[kind]) if kind in values else "–"
+        cells.append(cell + (f" (global {fmt(values[kind + '_global'])})" if kind + "_global" in values else ""))
+    gates = [f"{side} {fmt(values[side + '_context'])}" for side in ("enc", "dec") if side + "_context" in values]
+    return " / ".join(cells) + (f"; {context_label} {', '.join(gates)}" if gates else "")
+
+
+def context_rows(root: Path) -> list[list[str]]:
+    """How much each system uses its context on the validation sittings (experiments/tier_mfr/tier_mfr_context.py):
+    CXMI, and the attention's weight on other sentences and its entropy per kind (without that
+    file, the entropies of the last validation during training)."""
+    out = []
+    for name in [r for r in ORDER if (root / r).exists()]:
+        cx = load(root / name / "valid.cxmi.json") or {}
+        v = last_valid(root / name)
+        entropy = cx.get("entropy_bits") or {k[len("valid_entropy_"):]: x for k, x in v.items()
+                                              if k.startswith("valid_entropy_")}
+        out.append([system_name(root, name),
+                    f"{cx['cxmi_bits_per_token']:+.4f}" if cx else "–",
+                    f"{100 * cx['sentences_more_likely_with_context']:.1f}%" if cx else "–",
+                    kind_cell(cx.get("context_share", {}), lambda x: f"{100 * x:.1f}%", "context gates") if cx else "–",
+                    kind_cell(entropy, lambda x: f"{x:.2f}", "context attention")])
+    return out
+
+
+VERDICT_HEADER = ["system", "better than the control on (Δ, p < 0.05)", "not better on (Δ, p)",
+                  "every sentence recovered", "meets the target"]
+ALPHA = 0.05
+
+
+def better(ev: dict | None, suites: dict[str, dict | None]) -> tuple[list[tuple], list[tuple]]:
+    """The scores on which a system is significantly better than the control (difference > 0,
+    p < ALPHA), and those on which it is not, as ``(label, difference, p)``. The BLEU and chrF
+    p-values are the paired bootstrap's, one-sided in the observed direction; the suites' are the
+    exact McNemar test's, two-sided (the stricter of the two)."""
+    tests = []
+    if ev:
+        for key, boot, level, label in (("s_bleu", "bootstrap", "s", "s-BLEU"), ("d_bleu", "bootstrap", "d", "d-BLEU"),
+                                        ("s_chrf", "bootstrap_chrf", "s", "s-chrF"),
+                                        ("d_chrf", "bootstrap_chrf", "d", "d-chrF")):
+            t = (ev.get(boot) or {}).get(level)
+            if t:   # evaluate --hyp SYSTEM --compare CONTROL: delta = control - system
+                tests.append((label, -t["delta"], t["p_value"]))
+    for name, label in SUITES:
+        rep = suites.get(name)
+        if rep and "against" in rep:
+            tests.append((label, 100 * rep["against"]["delta"], rep["against"]["p_value"]))
+    yes = [t for t in tests if t[1] > 0 and t[2] < ALPHA]
+    return yes, [t for t in tests if t not in yes]
+
+
+def against(root: Path, name: str, base: str) -> tuple[dict | None, dict[str, dict | None]]:
+    """``name``'s tests against ``base`` in the shape :func:`better` reads: the bootstrap the queue
+    ran (valid.vs_BASE.json) and exact McNemar tests of the two runs' kept suite decisions."""
+    from docnmt.contrastive import paired_test, read_decisions
+    suites: dict[str, dict | None] = {}
+    for s, _ in SUITES:
+        a, b = root / base / f"{s}.scores.jsonl", root / name / f"{s}.scores.jsonl"
+        suites[s] = {"against": paired_test(read_decisions(a), read_decisions(b))} \
+            if a.exists() and b.exists() else None
+    return load(root / name / f"valid.vs_{base}.json"), suites
+
+
+def tested(root: Path):
+    """``(run, row label, scores, suites, coverage)`` of every scored document system against the
+    control (and its decoding with the source's sentence count, if made), and, for a system with a
+    second baseline (ALSO), against that baseline."""
+    for name in [r for r in ORDER if r != "control" and (root / r / "valid.json").exists()]:
+        suites = {s: load(root / name / f"{s}.json") for s, _ in SUITES}
+        for ev, cov, label in decodings(root, name):
+            yield name, label, ev, suites, cov
+        base = ALSO.get(name)
+        if base and (root / name / f"valid.vs_{base}.json").exists():
+            label = "stage 1" if base == "stage1" else "the " + NAMES[base]
+            yield name, f"{NAMES[name]}, against {label} instead", *against(root, name, base), \
+                load(root / name / "valid.coverage.json")
+
+
+def verdict_rows(root: Path) -> list[list[str]]:
+    out = []
+    cell = lambda tests: "; ".join(f"{label} ({d:+.2f}, p={p:.3f})" for label, d, p in tests)  # noqa: E731
+    for _, label_row, ev, suites, cov in tested(root):
+        recovered = bool(cov) and cov["documents_fully_recovered"] == cov["documents"] and cov["empty_sentences"] == 0
+        yes, no = better(ev, suites)
+        won = {label for label, _, _ in yes}
+        target = "d-BLEU" in won and bool(won & {label for _, label in SUITES})
+        out.append([label_row, cell(yes) or "nothing", cell(no) or "–",
+                    ("yes" if recovered else "no") if cov else "–", "yes" if target and recovered else "no"])
+    return out
+
+
+def table(header: list[str], body: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                      *("| " + " | ".join(r) + " |" for r in body)])
+
+
+def markdown(root: Path) -> str:
+    """The scores table, the context-usage table, then what each method beats the control on."""
+    return "\n\n".join((table(HEADER, rows(root)), table(CONTEXT_HEADER, context_rows(root)),
+                        table(VERDICT_HEADER, verdict_rows(root))))
+
+
+def best_other(root: Path) -> str:
+    """The document model other than G-Transformer with the best d-BLEU (for keeping its weights)."""
+    best, name = float("-inf"), ""
+    for run in ORDER:
+        ev = load(root / run / "valid.json")
+        if run in ("control", "gt") or not ev:
+            continue
+        if ev["d_bleu"]["score"] > best:
+            best, name = ev["d_bleu"]["score"], run
+    return name
+
+
+def deltas(root: Path) -> list[tuple[str, tuple | None, list[tuple]]]:
+    """Per tested system (the verdict table's rows): its d-BLEU difference from its baseline with the
+    95% bootstrap interval, ``(Δ, low, high, p)`` or None, and ``(suite index, Δ points, p)`` per
+    scored suite."""
+    out = []
+    for _, label, ev, suites, _ in tested(root):
+        t = ((ev or {}).get("bootstrap") or {}).get("d")
+        # evaluate --hyp SYSTEM --compare BASELINE: delta and interval are baseline - system
+        bleu = (-t["delta"], -t["ci95_b_minus_a"][1], -t["ci95_b_minus_a"][0], t["p_value"]) \
+            if t and "ci95_b_minus_a" in t else None
+        marks = [(k, 100 * r["against"]["delta"], r["against"]["p_value"])
+                 for k, (s, _) in enumerate(SUITES) if (r := suites.get(s)) and "against" in r]
+        out.append((label, bleu, marks))
+    return out
+
+
+def plot(root: Path, path: Path) -> None:
+    """Two panels, one row per tested system: d-BLEU minus the baseline's with its 95% paired
+    bootstrap interval, filled where its p < 0.05; each suite's accuracy minus the baseline's, filled
+    where the McNemar p < 0.05 (filled on the left of 0: significantly worse)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows_ = deltas(root)
+    if not rows_:
+        raise SystemExit(f"{root}: no scored document system to plot")
+    import textwrap
+    labels = ["\n".join(textwrap.wrap(label, 44)) for label, _, _ in rows_]    # long names on two or three lines
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.62 * len(rows_) + 1.8), sharey=True,
+                                      gridspec_kw={"width_ratios": [3, 2]})
+    ys = list(range(len(rows_)))[::-1]
+    for y, (_, bleu, marks) in zip(ys, rows_):
+        if bleu:
+            d, lo, hi, p = bleu
+            left.errorbar([d], [y], xerr=[[max(0.0, d - lo)], [max(0.0, hi - d)]], fmt="o", color="C0", capsize=3,
+                          mfc="C0" if p < ALPHA else "white")
+        for k, d, p in marks:
+            right.plot([d], [y + 0.15 * (k - 1)], "os^"[k], color=f"C{k + 1}",
+                       mfc=f"C{k + 1}" if p < ALPHA else "white")
+    for k, (_, s_label) in enumerate(SUITES):
+        right.plot([], [], "os^"[k], color=f"C{k + 1}", label=s_label)
+    fig.legend(*right.get_legend_handles_labels(), fontsize=8, loc="lower right", ncol=3)
+    for ax, xlabel in ((left, "d-BLEU − baseline\n(95% bootstrap interval)"),
+                       (right, "suite accuracy − baseline\n(points)")):
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_xlabel(xlabel, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    left.set_yticks(ys, labels, fontsize=8)
+    fig.suptitle("Tier M-fr: each system against the control (or the named baseline); "
+                 "filled: p < 0.05", fontsize=9)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("root", type=Path, nargs="?", default=Path(__file__).parent / "results")
+    ap.add_argument("--best-other", action="store_true")
+    ap.add_argument("--plot", type=Path, metavar="PNG",
+                    help="also draw every system's differences from the control and second baselines")
+    a = ap.parse_args()
+    if a.plot:
+        plot(a.root, a.plot)
+    print(best_other(a.root) if a.best_other else markdown(a.root))
+
+
+if __name__ == "__main__":
+    main()
