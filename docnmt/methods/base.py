@@ -43,7 +43,9 @@ class Setting:
     config and of ``config.yaml`` like the core's own. ``flag`` (``--sliding``) adds it to
     ``docnmt train`` (model, data and train settings) or to the decoding verbs (decode settings),
     with ``help`` beside it and, for training, in help group ``group``. ``limit`` is an
-    ``(ok, allowed)`` pair: ``ok(value)`` false is a config error "must be {allowed}"."""
+    ``(ok, allowed)`` pair: ``ok(value)`` false is a config error "must be {allowed}".
+    ``service``: a decode setting is also a request option of ``docnmt serve`` (not for settings
+    that name files on the server)."""
 
     key: str
     default: Any
@@ -51,6 +53,7 @@ class Setting:
     flag: str = ""
     group: str = "methods"
     limit: tuple | None = None
+    service: bool = True
 
     def __post_init__(self):
         section, _, name = self.key.partition(".")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import DataError, DocnmtError
 from .app import Service, create_app
-from .schemas import Settings
+from .schemas import Settings, request_settings
 
 
 class Served:
@@ -48,7 +48,7 @@ class Served:
                 "max_instance_tokens": d.max_instance_tokens, "max_positions": self.cfg.model.max_positions,
                 "decode": {"beam": c.beam, "lenpen": c.lenpen, "lenpen_style": c.lenpen_style,
                            "max_len_a": c.max_len_a, "max_len_b": c.max_len_b, "nbest": c.nbest,
-                           "sliding": c.sliding}}
+                           **{s.name: getattr(c, s.name) for s in request_settings()}}}
 
 
 def model_names(specs: list[str]) -> list[tuple[str, str]]:

@@ -7,8 +7,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from .. import methods
 from ..document import Document
 from ..errors import DataError, DocnmtError
 
@@ -41,8 +42,9 @@ class Settings:
                 raise DocnmtError(f"{name.replace('_', '-')} must be at least 0, not {getattr(self, name)}")
 
 
-class Options(BaseModel):
-    """Decoding options of one request; those left out are the model's own (its config's ``decode``)."""
+class CoreOptions(BaseModel):
+    """Decoding options of one request; those left out are the model's own (its config's ``decode``).
+    :data:`Options` adds the decoding settings the methods and switches declare."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
     beam: int | None = Field(None, ge=1, description="beam size (1 = greedy)")
@@ -54,10 +56,6 @@ class Options(BaseModel):
     min_len: int | None = Field(None, ge=0, le=1024)
     nbest: int | None = Field(None, ge=1, description="hypotheses returned per sentence (at most the beam)")
     no_repeat_ngram_size: int | None = Field(None, ge=0, le=64)
-    sliding: bool | None = Field(None, description="Doc2Doc: sliding decoding of documents longer than the window")
-    sliding_window: float | None = Field(None, gt=0, le=1)
-    sentence_count: bool | None = Field(None, description="separator formats: force the source's sentence count")
-    official_start: bool | None = Field(None, description="G-Transformer: start decoding from <s>")
     max_instance_tokens: int | None = Field(None, ge=0, description="Doc2Doc: instance budget (0 = whole documents)")
     scores: bool = Field(True, description="per-sentence scores (a teacher-forced pass over the translation)")
 
@@ -68,6 +66,17 @@ class Options(BaseModel):
             if value is not None:
                 out[("data." if key == "max_instance_tokens" else "decode.") + key] = value
         return out
+
+
+def request_settings() -> list:
+    """The decoding settings of the methods and switches that a request may set (their ranges are
+    checked with the model's config, :meth:`docnmt.serve.launcher.Served.config`)."""
+    return [s for s in methods.settings() if s.section == "decode" and s.service]
+
+
+Options = create_model(
+    "Options", __base__=CoreOptions, __doc__=CoreOptions.__doc__,
+    **{s.name: (s.type | None, Field(None, description=s.help)) for s in request_settings()})
 
 
 class TranslateRequest(BaseModel):
