@@ -26,12 +26,12 @@ def main():
     from torch.profiler import ProfilerActivity, profile
 
     from docnmt.config import Config
-    from docnmt.train import Trainer
+    from docnmt.training import Trainer
     data = common.tier_m_data()
     cfg = Config.load(a.preset).override({"data.mode": {"sent": "sent2sent", "doc": "doc2doc"}[a.kind],
                                          "train.precision": a.precision})
     with tempfile.TemporaryDirectory() as tmp:
-        tr = Trainer(cfg, data, f"{tmp}/m", progress_bar=False)
+        tr = Trainer.from_dirs(cfg, data, f"{tmp}/m", progress_bar=False)
         batches = [tr.train_set.collate(b) for b in tr.epoch_batches(1)[: a.updates + 2]]
         for b in batches[:2]:
             tr.update([b])

@@ -27,7 +27,7 @@ def one(preset: str, kind: str, updates: int, warmup: int, threads: int, max_tok
     import torch
 
     from docnmt.config import Config
-    from docnmt.train import Trainer
+    from docnmt.training import Trainer
     common.set_threads(threads)
     data = common.tier_m_data()
     over = {"train.max_tokens": max_tokens, "train.precision": precision}
@@ -35,7 +35,7 @@ def one(preset: str, kind: str, updates: int, warmup: int, threads: int, max_tok
         over["data.mode"] = {"sent": "sent2sent", "doc": "doc2doc"}[kind]
     cfg = Config.load(preset).override(over)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, data, f"{tmp}/m", init_from=init_from, progress_bar=False)
+        trainer = Trainer.from_dirs(cfg, data, f"{tmp}/m", init_from=init_from, progress_bar=False)
         batches = trainer.epoch_batches(1)
         rng = np.random.default_rng(0)
         picks = [batches[i] for i in rng.choice(len(batches), warmup + updates, replace=False)]

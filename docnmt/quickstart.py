@@ -40,7 +40,7 @@ def run(workdir: Path, minutes: float = MINUTES_CAP, force: bool = False, update
     from .metrics import evaluate_documents, format_table
     from .prepare import prepare
     from .readers import read_documents
-    from .train import Trainer
+    from .training import Trainer
     from .translate import Translator
 
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -66,7 +66,7 @@ def run(workdir: Path, minutes: float = MINUTES_CAP, force: bool = False, update
                 vocab_size=4000, log=say)
     say(f"[2/3] training a small Doc2Sent model for {updates:,} updates (time cap {minutes:g} minutes)")
     cfg = Config.load("quickstart").override({"train.max_minutes": minutes, "train.max_update": updates})
-    trainer = Trainer(cfg, data, model_dir)
+    trainer = Trainer.from_dirs(cfg, data, model_dir)
     say("      " + trainer.describe())
     trainer.train()
     reached = trainer.progress.updates

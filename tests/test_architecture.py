@@ -9,8 +9,10 @@ import docnmt
 from docnmt import methods
 
 PACKAGE = Path(docnmt.__file__).parent
-CORE = ["model.py", "attention.py", "ops.py", "train.py", "search.py", "translate.py", "scoring.py", "config.py",
+CORE = ["model.py", "attention.py", "ops.py", "search.py", "translate.py", "scoring.py", "config.py",
         "checkpoint.py", *(f"data/{p.name}" for p in (PACKAGE / "data").glob("*.py")),
+        *(f"training/{p.name}" for p in sorted((PACKAGE / "training").glob("*.py"))),
+        *(f"cli/{p.name}" for p in sorted((PACKAGE / "cli").glob("*.py"))), "translate_io.py", "evaluation.py",
         *(f"serve/{p.name}" for p in sorted((PACKAGE / "serve").glob("*.py")))]
 
 
@@ -61,4 +63,4 @@ def test_every_method_has_a_unique_name_and_options_dataclass():
     for name, method in methods.METHODS.items():
         assert method.name == name
         assert dataclasses.is_dataclass(method.options)
-    assert set(methods.FORMATS) >= {"index", "uniform", "group", "global_index"}
+    assert set(methods.formats()) >= {"index", "uniform", "group", "global_index"}

@@ -7,8 +7,11 @@ import argparse
 import pytest
 import torch
 
-from docnmt.cli import DECODE_FLAGS, TRAIN_FLAGS, TRAIN_GROUPS, base_default, build_parser, collect_overrides
+from docnmt.cli import build_parser
+from docnmt.cli.flags import TRAIN_GROUPS, base_default, collect_overrides, decode_flags, train_flags
 from docnmt.config import Config
+
+TRAIN, DECODE = train_flags(), decode_flags()      # the verbs' tables: the core's, then the methods'
 
 
 def verbs() -> dict[str, argparse.ArgumentParser]:
@@ -34,7 +37,7 @@ def test_every_default_is_shown(verb):
         if not action.option_strings or action.help == argparse.SUPPRESS or action.dest == "help":
             continue
         has_default = action.default is not None and action.default is not False or action.dest in {
-            f[2:].replace("-", "_") for f, (key, *_) in {**TRAIN_FLAGS, **DECODE_FLAGS}.items() if key}
+            f[2:].replace("-", "_") for f, (key, *_) in {**TRAIN, **DECODE}.items() if key}
         if has_default and action.dest != "version":
             assert "default" in parser._get_formatter()._expand_help(action), (verb, action.option_strings)
 
@@ -43,11 +46,11 @@ def test_train_flags_are_grouped_and_each_group_is_in_the_help():
     text = verbs()["train"].format_help()
     for title in TRAIN_GROUPS:
         assert f"\n{title}:" in text, title
-    assert {group for *_, group in TRAIN_FLAGS.values()} <= set(TRAIN_GROUPS)
+    assert {group for *_, group in TRAIN.values()} <= set(TRAIN_GROUPS)
     # each flag sits under its own group's heading
     sections = text.split("\n\n")
     for flag in ("--lr", "--dls", "--max-update", "--save-interval-updates"):
-        group = TRAIN_FLAGS[flag][3]
+        group = TRAIN[flag][3]
         where = next(i for i, s in enumerate(sections) if s.startswith(f"{group}:"))
         assert any(f"  {flag} " in s or f"  {flag}," in s for s in sections[where:where + 2]), flag
 
@@ -69,7 +72,7 @@ def parse(*argv):
 def test_boolean_settings_are_switches_with_a_no_form():
     for argv, want in ((["--dls"], True), (["--no-dls"], False), ([], None)):
         args = parse("train", "data", "--save-dir", "run", *argv)
-        assert collect_overrides(args, TRAIN_FLAGS).get("data.dls") is want
+        assert collect_overrides(args, TRAIN).get("data.dls") is want
     with pytest.raises(SystemExit):                      # the old "--dls true" is not a second spelling
         parse("train", "data", "--save-dir", "run", "--dls", "true", "--lr", "1")
 
@@ -80,22 +83,22 @@ def test_a_usage_error_is_one_line_naming_the_verbs_help(cli_error):
     assert "the following arguments are required: --save-dir" in cli_error("train", "data")
     assert cli_error("frobnicate").endswith("(see docnmt --help)")
     args = parse("translate", "m", "--sliding", "--no-official-start")
-    got = collect_overrides(args, DECODE_FLAGS)
+    got = collect_overrides(args, DECODE)
     assert got["decode.sliding"] is True and got["decode.official_start"] is False
     assert Config().override(got).decode.sliding is True
-    bools = [f for f, (_, typ, *_) in {**TRAIN_FLAGS, **DECODE_FLAGS}.items() if typ is bool]
+    bools = [f for f, (_, typ, *_) in {**TRAIN, **DECODE}.items() if typ is bool]
     for flag in bools:                     # every boolean setting of the tables is a switch
-        key = {**TRAIN_FLAGS, **DECODE_FLAGS}[flag][0]
+        key = {**TRAIN, **DECODE}[flag][0]
         assert isinstance(base_default(key), bool), flag
-    assert not [f for f, (key, typ, *_) in {**TRAIN_FLAGS, **DECODE_FLAGS}.items()
+    assert not [f for f, (key, typ, *_) in {**TRAIN, **DECODE}.items()
                 if key and typ is not bool and isinstance(base_default(key), bool)]
 
 
 def test_one_batch_budget_name_in_train_translate_score_contrastive_and_serve():
     assert collect_overrides(parse("train", "d", "--save-dir", "r", "--max-tokens", "100"),
-                             TRAIN_FLAGS)["train.max_tokens"] == 100
+                             TRAIN)["train.max_tokens"] == 100
     for flag in ("--max-tokens", "--batch-tokens"):          # the old translate name still works
-        assert collect_overrides(parse("translate", "m", flag, "123"), DECODE_FLAGS)["decode.max_tokens"] == 123
+        assert collect_overrides(parse("translate", "m", flag, "123"), DECODE)["decode.max_tokens"] == 123
     assert parse("score-contrastive", "m", "s", "--max-tokens", "77").batch_tokens == 77
     args = parse("serve", "m", "--max-tokens", "999", "--request-tokens", "50")
     assert (args.batch_tokens, args.request_tokens) == (999, 50)
@@ -117,8 +120,8 @@ def test_input_documents_are_minus_i_everywhere(verb, extra):
 
 def test_train_device(tiny_dir, tmp_path, cli_error):
     from _tiny import tiny_config
-    from docnmt.train import Trainer
-    trainer = Trainer(tiny_config(), tiny_dir / "data", tmp_path / "run", progress_bar=False, device="cpu")
+    from docnmt.training import Trainer
+    trainer = Trainer.from_dirs(tiny_config(), tiny_dir / "data", tmp_path / "run", progress_bar=False, device="cpu")
     try:
         assert trainer.device == torch.device("cpu")
         assert next(trainer.model.parameters()).device.type == "cpu"

@@ -26,7 +26,7 @@ from _tiny import history, tiny_config
 from docnmt import checkpoint
 from docnmt.checkpoint import DirectoryLock, last_checkpoint, list_checkpoints, recover
 from docnmt.errors import DocnmtError
-from docnmt.train import Trainer
+from docnmt.training import Trainer
 
 UPDATES = 6
 # saves at 2, 4 (validated: the best model so far) and 6, then validates 6 and saves it again (the
@@ -46,7 +46,7 @@ def train(data: Path, save: Path, hook=None) -> None:
     """The same training command every time; ``hook`` is installed as ``checkpoint.crash_hook``."""
     checkpoint.crash_hook = hook
     try:
-        Trainer(run_config(), data, save, progress_bar=False).train()
+        Trainer.from_dirs(run_config(), data, save, progress_bar=False).train()
     finally:
         checkpoint.crash_hook = None
 
@@ -176,7 +176,7 @@ def test_damaged_newest_state_falls_back_to_the_previous_checkpoint(data, finish
     save = copy_run(finished, tmp_path)
     state = save / "checkpoints" / "u00000006" / "state.pt"
     state.write_bytes(b"" if damage == "empty" else state.read_bytes()[: state.stat().st_size // 2])
-    trainer = Trainer(run_config(), data, save, progress_bar=False)
+    trainer = Trainer.from_dirs(run_config(), data, save, progress_bar=False)
     err = capsys.readouterr().err
     assert "u00000006" in err and "cannot be loaded" in err and "resumed from u00000004" in err
     assert trainer.progress.updates == 4
@@ -198,7 +198,7 @@ def test_resume_survives_damaged_metrics_and_last(data, finished, tmp_path, dama
     else:
         (save / "checkpoints" / "LAST").write_bytes(b"\x00garbage/../../x\n" if damage == "garbage-LAST" else b"")
     longer = tiny_config("sent2sent", max_update=UPDATES + 2, **SETTINGS)     # and training goes on
-    trainer = Trainer(longer, data, save, progress_bar=False)
+    trainer = Trainer.from_dirs(longer, data, save, progress_bar=False)
     assert trainer.progress.updates == UPDATES
     trainer.train()
     rows = history(save)                                 # every line parses again, the new ones too
@@ -269,9 +269,9 @@ def test_a_second_command_into_a_locked_directory_names_the_holder(data, tmp_pat
     finally:
         lock.release()
     with pytest.raises(DocnmtError, match="in use"):                     # and through the Python API
-        first = Trainer(run_config(), data, save, progress_bar=False)
+        first = Trainer.from_dirs(run_config(), data, save, progress_bar=False)
         try:
-            Trainer(run_config(), data, save, progress_bar=False)
+            Trainer.from_dirs(run_config(), data, save, progress_bar=False)
         finally:
             first.close()
 
@@ -280,7 +280,7 @@ def test_a_lock_file_left_by_a_dead_process_does_not_block(data, tmp_path):
     save = tmp_path / "run"
     save.mkdir()
     (save / ".lock").write_text("999999999\n")                # no process holds it
-    trainer = Trainer(run_config(), data, save, progress_bar=False)
+    trainer = Trainer.from_dirs(run_config(), data, save, progress_bar=False)
     assert (save / ".lock").read_text().strip() == str(os.getpid())
     trainer.close()
 
@@ -304,12 +304,12 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again(data, tmp_path):
     with pytest.raises(Killed):
         train(data, save, kill_at("checkpoint-written", 1))
     assert not list_checkpoints(save) and (save / "config.yaml").exists()
-    trainer = Trainer(run_config(), data, save, progress_bar=False)      # no "pass --force"
+    trainer = Trainer.from_dirs(run_config(), data, save, progress_bar=False)      # no "pass --force"
     assert trainer.progress.updates == 0
     trainer.close()
     (save / "notes.txt").write_text("mine")                              # but a file of the user's is kept
     with pytest.raises(DocnmtError, match="notes.txt"):
-        Trainer(run_config(), data, save, progress_bar=False)
+        Trainer.from_dirs(run_config(), data, save, progress_bar=False)
     assert (save / "notes.txt").read_text() == "mine"
 
 
@@ -317,7 +317,7 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again(data, tmp_path):
 
 @pytest.mark.slow
 def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(data, tmp_path, monkeypatch):
-    import docnmt.train as train_module
+    import docnmt.training.trainer as train_module
     real = train_module.forward_loss
     updates = {"n": 0}
 
@@ -331,7 +331,7 @@ def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(dat
     monkeypatch.setattr(train_module, "forward_loss", diverging)
     save = tmp_path / "run"
     cfg = tiny_config("sent2sent", max_update=UPDATES, save_interval_updates=2, validate_interval_updates=2)
-    trainer = Trainer(cfg, data, save, progress_bar=False)
+    trainer = Trainer.from_dirs(cfg, data, save, progress_bar=False)
     with pytest.raises(DocnmtError, match="diverged: the loss of update 3 is nan") as e:
         trainer.train()
     assert "u00000002" in str(e.value)

@@ -7,12 +7,13 @@ import shutil
 import pytest
 
 from _tiny import tiny_config
-from docnmt import probe, train
+from docnmt import probe
 from docnmt.checkpoint import WEIGHTS, save_weights
 from docnmt.config import Config
 from docnmt.document import Document
 from docnmt.methods import build_model
-from docnmt.train import Trainer, learning_curve, run_end, run_kind
+from docnmt.training import Trainer, learning_curve, run_end, run_kind, validation
+from docnmt.training import trainer as trainer_module
 
 
 def limits(**train_cfg):
@@ -55,15 +56,16 @@ def test_no_end_known_and_never_behind_the_count():
 
 @pytest.fixture
 def bars(monkeypatch):
-    """Every tqdm bar docnmt.train makes, with the keywords it was made with."""
+    """Every tqdm bar training makes (its run and its validations), with the keywords it was made with."""
     made = []
 
-    class Recorder(train.tqdm):
+    class Recorder(trainer_module.tqdm):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.made_with = kwargs
             made.append(self)
-    monkeypatch.setattr(train, "tqdm", Recorder)
+    monkeypatch.setattr(trainer_module, "tqdm", Recorder)
+    monkeypatch.setattr(validation, "tqdm", Recorder)
     return made
 
 
@@ -74,9 +76,10 @@ def training_bars(made):
 @pytest.mark.slow
 def test_one_bar_to_max_update_across_epochs_and_from_the_resumed_update(tiny_dir, tmp_path, bars, capsys):
     data = tiny_dir / "data"
-    per_epoch = len(Trainer(tiny_config(max_update=1), data, tmp_path / "n", progress_bar=False).epoch_batches(1))
+    per_epoch = len(Trainer.from_dirs(tiny_config(max_update=1), data, tmp_path / "n",
+                                      progress_bar=False).epoch_batches(1))
     first = per_epoch + 4                                          # into epoch 2
-    Trainer(tiny_config(max_update=first, save_interval_updates=2), data, tmp_path / "m").train()
+    Trainer.from_dirs(tiny_config(max_update=first, save_interval_updates=2), data, tmp_path / "m").train()
     [bar] = training_bars(bars)                                    # one bar, not one per epoch
     assert (bar.total, bar.n) == (first, first) and bar.desc.startswith("epoch 2")
     assert bar.postfix.endswith(f"stop=max-update {first}")
@@ -86,7 +89,7 @@ def test_one_bar_to_max_update_across_epochs_and_from_the_resumed_update(tiny_di
     assert f"{first}/{first}" in err and "valid:" in err and f"valid | update {first}" in err
 
     bars.clear()
-    Trainer(tiny_config(max_update=first + 3, save_interval_updates=2), data, tmp_path / "m").train()
+    Trainer.from_dirs(tiny_config(max_update=first + 3, save_interval_updates=2), data, tmp_path / "m").train()
     [bar] = training_bars(bars)
     assert bar.made_with["initial"] == first and (bar.total, bar.n) == (first + 3, first + 3)
 
@@ -94,8 +97,9 @@ def test_one_bar_to_max_update_across_epochs_and_from_the_resumed_update(tiny_di
 @pytest.mark.slow
 def test_bar_ends_with_the_last_epoch(tiny_dir, tmp_path, bars):
     data = tiny_dir / "data"
-    per_epoch = len(Trainer(tiny_config(max_update=1), data, tmp_path / "n", progress_bar=False).epoch_batches(1))
-    Trainer(tiny_config(max_update=0, max_epoch=2), data, tmp_path / "m").train()
+    per_epoch = len(Trainer.from_dirs(tiny_config(max_update=1), data, tmp_path / "n",
+                                      progress_bar=False).epoch_batches(1))
+    Trainer.from_dirs(tiny_config(max_update=0, max_epoch=2), data, tmp_path / "m").train()
     [bar] = training_bars(bars)
     assert (bar.total, bar.n) == (2 * per_epoch, 2 * per_epoch)
 
@@ -110,10 +114,10 @@ def test_no_progress_is_silent_and_valid_bleu_decodes_with_a_bar(tiny_dir, tmp_p
         return [Document(d.docid, d.src, list(d.src)) for d in docs], None
     monkeypatch.setattr(Translator, "translate", translate)
     cfg = tiny_config(max_update=2, valid_bleu=True)
-    Trainer(cfg, tiny_dir / "data", tmp_path / "quiet", progress_bar=False).train()
+    Trainer.from_dirs(cfg, tiny_dir / "data", tmp_path / "quiet", progress_bar=False).train()
     assert asked == [False] and bars and all(b.disable for b in bars)
     assert capsys.readouterr().err == ""
-    Trainer(cfg, tiny_dir / "data", tmp_path / "loud").train()
+    Trainer.from_dirs(cfg, tiny_dir / "data", tmp_path / "loud").train()
     assert asked == [False, True]
 
 
@@ -241,7 +245,7 @@ def test_model_names_tell_models_apart():
     assert probe.model_names(["x", "x"]) == ["x", "x (2)"]
 
 
-def test_probe_run_passes_update_counts_and_chance_to_the_plots(tiny_vocab, ted_docs, tmp_path, monkeypatch):
+def test_probe_run_passes_update_counts_and_chance_to_the_plots(tiny_vocab, chat_docs, tmp_path, monkeypatch):
     cfg = Config.load("transformer_tiny").override({"model.d_model": 32, "model.heads": 2, "model.ffn_dim": 64,
                                                    "model.encoder_layers": 1, "model.decoder_layers": 1})
     m = tmp_path / "m"
@@ -256,7 +260,7 @@ def test_probe_run_passes_update_counts_and_chance_to_the_plots(tiny_vocab, ted_
                         "word_order"), **k: {t: [row] for t in tasks})
     drawn = {}
     monkeypatch.setattr(probe, "plot", lambda *args: drawn.update(args=args) or [])
-    splits = {"train": ted_docs, "valid": ted_docs, "test": ted_docs}
+    splits = {"train": chat_docs, "valid": chat_docs, "test": chat_docs}
     probe.run([str(m)], splits, tmp_path / "out", probe.ProbeSettings(), [16], log=lambda msg: None)
     assert drawn["args"][4:] == ({"m": "7 updates"}, {16: 0.25})
     saved = json.loads((tmp_path / "out" / "probe.json").read_text())

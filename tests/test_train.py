@@ -19,7 +19,7 @@ from docnmt.checkpoint import (
     save_checkpoint,
 )
 from docnmt.errors import ConfigError, DocnmtError
-from docnmt.train import Trainer, inverse_sqrt
+from docnmt.training import Trainer, inverse_sqrt
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_label_smoothed_loss_matches_torch():
 @pytest.mark.parametrize("mode", ["sent2sent", "doc2sent", "doc2doc", "mr"])
 def test_loss_falls_in_every_mode(data, tmp_path, mode):
     cfg = tiny_config(mode, max_update=30)
-    Trainer(cfg, data, tmp_path / mode, progress_bar=False).train()
+    Trainer.from_dirs(cfg, data, tmp_path / mode, progress_bar=False).train()
     losses = [r["loss"] for r in history(tmp_path / mode) if "loss" in r]
     assert losses[-1] < losses[0] - 1.0
     assert (tmp_path / mode / "model.safetensors").exists()
@@ -88,14 +88,14 @@ def test_resume_reproduces_uninterrupted_run(data, tmp_path, kind):
     mode, over, max_tokens = RESUMED[kind]
     run = lambda updates: tiny_config(mode, max_update=updates, max_tokens=max_tokens,  # noqa: E731
                                       save_interval_updates=4).override(over)
-    stop = len(Trainer(run(1), data, tmp_path / "n", progress_bar=False).epoch_batches(1)) + 2
-    Trainer(run(stop + 8), data, tmp_path / "a", progress_bar=False).train()
-    Trainer(run(stop), data, tmp_path / "b", progress_bar=False).train()
+    stop = len(Trainer.from_dirs(run(1), data, tmp_path / "n", progress_bar=False).epoch_batches(1)) + 2
+    Trainer.from_dirs(run(stop + 8), data, tmp_path / "a", progress_bar=False).train()
+    Trainer.from_dirs(run(stop), data, tmp_path / "b", progress_bar=False).train()
     state = load_state(last_checkpoint(tmp_path / "b"))["progress"]
     assert (state["updates"], state["epoch"], state["batch_in_epoch"]) == (stop, 2, 2)
     with open(tmp_path / "b" / "metrics.jsonl", "a") as f:              # logged after the checkpoint,
         f.write(f'{{"updates": {stop + 1}, "loss": 99.0}}\n')          # then the run crashed
-    Trainer(run(stop + 8), data, tmp_path / "b", progress_bar=False).train()   # resumes at `stop`
+    Trainer.from_dirs(run(stop + 8), data, tmp_path / "b", progress_bar=False).train()   # resumes at `stop`
     updates = [r["updates"] for r in history(tmp_path / "b") if "loss" in r]
     assert 99.0 not in [r["loss"] for r in history(tmp_path / "b") if "loss" in r]
     assert updates == sorted(updates)                                    # the learning curve has no loop
@@ -109,7 +109,7 @@ def test_resume_reproduces_uninterrupted_run(data, tmp_path, kind):
 
 
 def test_state_file_loads_with_weights_only(data, tmp_path):
-    Trainer(tiny_config(max_update=3), data, tmp_path / "m", progress_bar=False).train()
+    Trainer.from_dirs(tiny_config(max_update=3), data, tmp_path / "m", progress_bar=False).train()
     state = torch.load(last_checkpoint(tmp_path / "m") / "state.pt", weights_only=True)
     assert state["progress"]["updates"] == 3 and "optimizer" in state
 
@@ -117,27 +117,27 @@ def test_state_file_loads_with_weights_only(data, tmp_path):
 def test_device_random_state_is_kept_in_checkpoints_and_put_back_on_resume(data, tmp_path, monkeypatch):
     """A GPU run's dropout draws from the device's generator: a checkpoint keeps its state and a
     resumed run puts it back (the CUDA calls themselves are faked here; tests/cuda runs them)."""
-    import docnmt.train as train
+    from docnmt.training import distributed
     saved, restored = torch.arange(7, dtype=torch.uint8), []
-    monkeypatch.setattr(train, "device_rng_state", lambda device: saved.clone())
-    monkeypatch.setattr(train, "set_device_rng_state", lambda device, state: restored.append(state))
-    Trainer(tiny_config(max_update=2), data, tmp_path / "m", progress_bar=False).train()
+    monkeypatch.setattr(distributed, "device_rng_state", lambda device: saved.clone())
+    monkeypatch.setattr(distributed, "set_device_rng_state", lambda device, state: restored.append(state))
+    Trainer.from_dirs(tiny_config(max_update=2), data, tmp_path / "m", progress_bar=False).train()
     state = load_state(last_checkpoint(tmp_path / "m"))
     assert torch.equal(state["device_rng"][0], saved)
-    Trainer(tiny_config(max_update=3), data, tmp_path / "m", progress_bar=False).train()
+    Trainer.from_dirs(tiny_config(max_update=3), data, tmp_path / "m", progress_bar=False).train()
     assert len(restored) == 1 and torch.equal(restored[0], saved)
 
 
 def test_device_random_state_helpers_use_the_cuda_generator_of_a_cuda_device(monkeypatch):
-    import docnmt.train as train
+    from docnmt.training import distributed
     calls = []
     monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: calls.append(("get", device)) or "state")
     monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: calls.append(("set", state, device)))
     gpu, cpu = torch.device("cuda", 1), torch.device("cpu")
-    assert train.device_rng_state(cpu) is None and train.device_rng_state(gpu) == "state"
-    train.set_device_rng_state(cpu, "x")
-    train.set_device_rng_state(gpu, None)          # a checkpoint from before device states were kept
-    train.set_device_rng_state(gpu, "state")
+    assert distributed.device_rng_state(cpu) is None and distributed.device_rng_state(gpu) == "state"
+    distributed.set_device_rng_state(cpu, "x")
+    distributed.set_device_rng_state(gpu, None)          # a checkpoint from before device states were kept
+    distributed.set_device_rng_state(gpu, "state")
     assert calls == [("get", gpu), ("set", "state", gpu)]
 
 
@@ -149,13 +149,13 @@ def test_cudnn_attention_is_off_unless_the_config_asks_for_it(data, tmp_path):
     before = torch.backends.cuda.cudnn_sdp_enabled()
     try:
         torch.backends.cuda.enable_cudnn_sdp(True)
-        Trainer(tiny_config(max_update=1), data, tmp_path / "m", progress_bar=False).train()
+        Trainer.from_dirs(tiny_config(max_update=1), data, tmp_path / "m", progress_bar=False).train()
         assert not torch.backends.cuda.cudnn_sdp_enabled()
         torch.backends.cuda.enable_cudnn_sdp(True)
         load(tmp_path / "m", device="cpu")
         assert not torch.backends.cuda.cudnn_sdp_enabled()
-        Trainer(tiny_config(max_update=1).override({"train.cudnn_attention": True}), data, tmp_path / "on",
-                progress_bar=False)
+        Trainer.from_dirs(tiny_config(max_update=1).override({"train.cudnn_attention": True}), data, tmp_path / "on",
+                          progress_bar=False)
         assert torch.backends.cuda.cudnn_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(before)
@@ -168,10 +168,10 @@ def test_flex_attention_follows_the_config_of_the_last_trainer_or_translator(dat
     from docnmt import attention
     from docnmt.translate import load
     try:
-        Trainer(tiny_config(max_update=1).override({"train.flex_attention": False}), data, tmp_path / "off",
-                progress_bar=False).train()
+        Trainer.from_dirs(tiny_config(max_update=1).override({"train.flex_attention": False}), data, tmp_path / "off",
+                          progress_bar=False).train()
         assert not attention._FLEX["enabled"]
-        Trainer(tiny_config(max_update=1), data, tmp_path / "on", progress_bar=False).train()
+        Trainer.from_dirs(tiny_config(max_update=1), data, tmp_path / "on", progress_bar=False).train()
         assert attention._FLEX["enabled"]
         load(tmp_path / "off", device="cpu")
         assert not attention._FLEX["enabled"]
@@ -191,11 +191,11 @@ def test_compiled_training_matches_eager_and_does_not_recompile_for_every_batch_
     counters.clear()
     run = lambda **k: tiny_config(max_update=8, log_interval=1, **k).override(  # noqa: E731
         {"model.dropout": 0.0, "model.attention_dropout": 0.0, "model.activation_dropout": 0.0})
-    eager = Trainer(run(), data, tmp_path / "eager", progress_bar=False)
+    eager = Trainer.from_dirs(run(), data, tmp_path / "eager", progress_bar=False)
     shapes = {tuple(eager.train_set.collate(b)["tgt_in"].shape) for b in eager.epoch_batches(1)[:8]}
     assert len(shapes) >= 6                              # the batches below have many shapes
     eager.train()
-    compiled = Trainer(run(compile=True), data, tmp_path / "compiled", progress_bar=False)
+    compiled = Trainer.from_dirs(run(compile=True), data, tmp_path / "compiled", progress_bar=False)
     compiled.train()
     assert counters["frames"]["ok"] >= 1                 # torch.compile did capture the forward pass
     want, got = ({r["updates"]: r["loss"] for r in history(tmp_path / d) if "loss" in r} for d in ("eager", "compiled"))
@@ -207,21 +207,22 @@ def test_existing_directory_is_never_overwritten(data, tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "notes.txt").write_text("mine")
     with pytest.raises(DocnmtError, match="--force"):
-        Trainer(tiny_config(max_update=2), data, tmp_path / "m", progress_bar=False)
+        Trainer.from_dirs(tiny_config(max_update=2), data, tmp_path / "m", progress_bar=False)
     assert (tmp_path / "m" / "notes.txt").read_text() == "mine"
 
 
 @pytest.mark.slow
 def test_resume_refuses_a_different_model(data, tmp_path):
-    Trainer(tiny_config(max_update=2), data, tmp_path / "m", progress_bar=False).train()
+    Trainer.from_dirs(tiny_config(max_update=2), data, tmp_path / "m", progress_bar=False).train()
     other = tiny_config(max_update=4).override({"model.d_model": 64})
     with pytest.raises(DocnmtError, match="different model"):
-        Trainer(other, data, tmp_path / "m", progress_bar=False)
+        Trainer.from_dirs(other, data, tmp_path / "m", progress_bar=False)
 
 
 @pytest.mark.slow
 def test_average_checkpoints(data, tmp_path):
-    Trainer(tiny_config(max_update=6, save_interval_updates=2), data, tmp_path / "m", progress_bar=False).train()
+    Trainer.from_dirs(tiny_config(max_update=6, save_interval_updates=2), data, tmp_path / "m",
+                      progress_bar=False).train()
     ckpts = list_checkpoints(tmp_path / "m")
     assert len(ckpts) >= 3
     average_checkpoints(ckpts[-3:], tmp_path / "avg.safetensors")
@@ -232,7 +233,7 @@ def test_average_checkpoints(data, tmp_path):
 
 
 def test_interrupted_save_leaves_last_checkpoint_intact(data, tmp_path, monkeypatch):
-    trainer = Trainer(tiny_config(max_update=2), data, tmp_path / "m", progress_bar=False)
+    trainer = Trainer.from_dirs(tiny_config(max_update=2), data, tmp_path / "m", progress_bar=False)
     trainer.train()
     good = last_checkpoint(tmp_path / "m")
 
@@ -273,8 +274,8 @@ DDP_SCRIPT = r"""
 import sys, torch
 sys.path.insert(0, {tests!r})
 from _tiny import tiny_config
-from docnmt.train import Trainer
-t = Trainer(tiny_config(max_update=4, max_tokens=300), {data!r}, {out!r}, progress_bar=False)
+from docnmt.training import Trainer
+t = Trainer.from_dirs(tiny_config(max_update=4, max_tokens=300), {data!r}, {out!r}, progress_bar=False)
 t.train()
 flat = torch.cat([p.detach().flatten() for p in t.model.parameters()])
 torch.save(flat, {out!r} + f"/params{{t.dist.rank}}.pt")
@@ -299,7 +300,8 @@ def test_ddp_ranks_get_whole_ordered_batches(data, tmp_path):
     """DocFlat's ordered batches are dealt whole to the ranks: every rank's batch is a run of
     consecutive pseudo-documents, the ranks share none, and together they are the epoch."""
     mode, over, max_tokens = RESUMED["docflat"]
-    trainer = Trainer(tiny_config(mode, max_tokens=max_tokens).override(over), data, tmp_path / "m", progress_bar=False)
+    trainer = Trainer.from_dirs(tiny_config(mode, max_tokens=max_tokens).override(over), data, tmp_path / "m",
+                                progress_bar=False)
     for epoch in (1, 2):
         everything = trainer.epoch_batches(epoch)
         trainer.dist.world = 2
@@ -317,7 +319,7 @@ def test_ddp_ranks_get_whole_ordered_batches(data, tmp_path):
 @pytest.mark.slow
 def test_bf16_autocast_path_trains_on_cpu(data, tmp_path):
     """The autocast code path (used with bf16 on CUDA) runs on CPU autocast too."""
-    trainer = Trainer(tiny_config(max_update=12, precision="bf16"), data, tmp_path / "m", progress_bar=False)
+    trainer = Trainer.from_dirs(tiny_config(max_update=12, precision="bf16"), data, tmp_path / "m", progress_bar=False)
     assert trainer.amp_dtype == torch.bfloat16
     trainer.train()
     losses = [r["loss"] for r in history(tmp_path / "m") if "loss" in r]
@@ -327,14 +329,15 @@ def test_bf16_autocast_path_trains_on_cpu(data, tmp_path):
 
 @pytest.mark.slow
 def test_valid_bleu_is_reported(data, tmp_path):
-    Trainer(tiny_config(max_update=3, valid_bleu=True), data, tmp_path / "m", progress_bar=False).train()
+    Trainer.from_dirs(tiny_config(max_update=3, valid_bleu=True), data, tmp_path / "m", progress_bar=False).train()
     rec = [r for r in history(tmp_path / "m") if "valid_bleu" in r]
     assert rec and 0.0 <= rec[-1]["valid_bleu"] <= 100.0
 
 
 @pytest.mark.slow
 def test_final_update_is_validated_even_on_a_save_interval(data, tmp_path):
-    Trainer(tiny_config(max_update=4, save_interval_updates=2), data, tmp_path / "m", progress_bar=False).train()
+    Trainer.from_dirs(tiny_config(max_update=4, save_interval_updates=2), data, tmp_path / "m",
+                      progress_bar=False).train()
     assert any(r.get("updates") == 4 and "valid_loss" in r for r in history(tmp_path / "m"))
     assert [c.name for c in list_checkpoints(tmp_path / "m")][-1] == "u00000004"
 
@@ -351,12 +354,12 @@ def test_warnings_after_setup_reach_the_console_not_only_train_log(data, tmp_pat
         return real_import(name, *a, **k)
     monkeypatch.setattr(builtins, "__import__", no_tensorboard)
     cfg = tiny_config(max_update=1).override({"train.tensorboard_dir": str(tmp_path / "tb")})
-    t = Trainer(cfg, data, tmp_path / "m", progress_bar=False)
+    t = Trainer.from_dirs(cfg, data, tmp_path / "m", progress_bar=False)
     t.close()
     err = capsys.readouterr().err
     assert "docnmt: warning: TensorBoard is not installed" in err
     assert "TensorBoard is not installed" in (tmp_path / "m" / "train.log").read_text()
-    logging.getLogger("docnmt.train").warning("after close")
+    logging.getLogger("docnmt.training").warning("after close")
     assert "after close" not in capsys.readouterr().err
 
 
@@ -373,12 +376,52 @@ def test_the_train_command_says_what_it_runs_and_what_it_reached(data, tmp_path,
 
 def test_bleu_as_best_metric_needs_valid_bleu(data, tmp_path):
     with pytest.raises(DocnmtError, match="--valid-bleu"):
-        Trainer(tiny_config(max_update=2, best_metric="bleu"), data, tmp_path / "m", progress_bar=False)
+        Trainer.from_dirs(tiny_config(max_update=2, best_metric="bleu"), data, tmp_path / "m", progress_bar=False)
 
 
 def test_filters_that_drop_every_training_document_are_a_config_error(data, tmp_path):
     cfg = tiny_config().override({"data.max_train_sent_tokens": 1})
     with pytest.raises(ConfigError, match="drops every training document"):
-        Trainer(cfg, data, tmp_path / "m", progress_bar=False)
+        Trainer.from_dirs(cfg, data, tmp_path / "m", progress_bar=False)
     with pytest.raises(ConfigError, match="data.min_train_doc_sents must be at least 0"):
         tiny_config().override({"data.min_train_doc_sents": -1})
+
+
+# ---- a trainer from objects in memory ----------------------------------------------------------
+
+def synthetic_data(cfg, n_docs: int = 12):
+    """A copy task (each target sentence is its source, upper-cased) on a made-up language, its
+    vocabulary learnt and its documents encoded in memory: no prepared directory, no ../shared."""
+    import random
+
+    from docnmt.data import Corpus
+    from docnmt.document import Document
+    from docnmt.training import TrainingData
+    from docnmt.vocab import Vocab
+    rng = random.Random(0)
+    words = ["ba", "ku", "di", "mo", "te", "sa", "ni", "lo"]
+    docs = []
+    for d in range(n_docs):
+        src = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 7))) for _ in range(6)]
+        docs.append(Document(f"doc{d}", src, [s.upper() for s in src]))
+    vocab = Vocab.train([s for d in docs for s in d.src + d.tgt], size=40)
+    return TrainingData(cfg, vocab, Corpus.encode(docs[2:], vocab), Corpus.encode(docs[:2], vocab))
+
+
+def test_a_trainer_built_in_memory_trains_without_a_data_directory(tmp_path):
+    """The point of the training package: the loop runs on built objects (a model, a corpus
+    encoded in the test, a run directory), so its logic is testable without `docnmt prepare`."""
+    from docnmt.methods import build_model
+    from docnmt.training import RunDir
+    cfg = tiny_config(max_update=40, log_interval=5, save_interval_updates=20, max_tokens=200)
+    data = synthetic_data(cfg)
+    torch.manual_seed(cfg.train.seed)
+    (tmp_path / "run").mkdir()
+    trainer = Trainer(cfg, build_model(cfg, data.vocab), data, RunDir(tmp_path / "run"), progress_bar=False)
+    before = trainer.validate()["valid_loss"]
+    trainer.train()
+    losses = [r["loss"] for r in history(tmp_path / "run") if "loss" in r]
+    assert len(losses) >= 8 and losses[-1] < losses[0] - 1.0                  # training loss falls
+    assert trainer.progress.best < before - 1.0                              # and so does validation's
+    assert last_checkpoint(tmp_path / "run").name == "u00000040" and (tmp_path / "run" / "model.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]              # nothing written elsewhere

@@ -190,7 +190,7 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
     ``seed``: which batches are drawn (another seed for a second run in the same process, whose
     per-shape caches the first one has filled)."""
     from docnmt.config import Config
-    from docnmt.train import Trainer
+    from docnmt.training import Trainer
     over = {"train.max_tokens": max_tokens, "train.precision": "bf16", "data.mode": kind, "train.warmup_updates": 100,
             "train.compile": compiled, "train.cudnn_attention": cudnn}
     if dry:
@@ -200,7 +200,7 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
     import tempfile
     out = {"kind": kind, "max_tokens": max_tokens, "updates": updates}
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, data, f"{tmp}/m", progress_bar=False)
+        trainer = Trainer.from_dirs(cfg, data, f"{tmp}/m", progress_bar=False)
         out["cudnn_attention"] = torch.backends.cuda.cudnn_sdp_enabled()
         pad = trainer.vocab.pad
         batches = trainer.epoch_batches(1)
@@ -349,7 +349,7 @@ def long_instances(tokens_list: list[int], repeats: int, dry: bool, deadline: fl
     from docnmt.config import Config
     from docnmt.methods.gtransformer import build
     from docnmt.model import Transformer
-    from docnmt.train import forward_loss
+    from docnmt.training import forward_loss
     results = []
     for tokens in tokens_list:
         sent_len = 30

@@ -1,0 +1,71 @@
+"""Several training processes under ``torchrun`` (:class:`Distributed`; one process otherwise),
+and the random states a checkpoint keeps for every rank, so that a resumed run draws the same
+dropout masks as the run that was never interrupted."""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+
+class Distributed:
+    """Rank and world size from ``torchrun``'s environment; a single process otherwise."""
+
+    def __init__(self, cuda: bool | None = None):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.cuda = torch.cuda.is_available() if cuda is None else cuda
+        if self.world > 1 and self.cuda:
+            torch.cuda.set_device(self.local_rank)
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if self.cuda else "gloo")
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def all_sum(self, values: list[float]) -> list[float]:
+        if self.world == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        if self.cuda:
+            t = t.cuda()
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def barrier(self):
+        if self.world > 1:
+            dist.barrier()
+
+
+def device_rng_state(device: torch.device) -> torch.Tensor | None:
+    """The random state of a CUDA device (None on the CPU, whose state torch.get_rng_state has)."""
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def set_device_rng_state(device: torch.device, state: torch.Tensor | None) -> None:
+    """Put back what :func:`device_rng_state` returned (nothing to do for None: a CPU run, or a
+    checkpoint written before accelerator states were kept)."""
+    if state is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+
+
+def gather_rng(ranks: Distributed, device: torch.device) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """Every rank's CPU and accelerator random states (dropout on a GPU draws from the
+    latter: without it a resumed run's dropout masks differ from the uninterrupted run's)."""
+    mine = (torch.get_rng_state(), device_rng_state(device))
+    if ranks.world == 1:
+        return [mine[0]], [mine[1]]
+    out = [None] * ranks.world
+    dist.all_gather_object(out, mine)
+    return [cpu for cpu, _ in out], [dev for _, dev in out]
+
+
+def restore_rng(state: dict, rank: int, device: torch.device) -> None:
+    """Put back this rank's random states from a checkpoint's ``state`` (rank 0's when the run
+    that saved it had fewer ranks)."""
+    mine = rank if rank < len(state["rng"]) else 0
+    torch.set_rng_state(state["rng"][mine])
+    set_device_rng_state(device, state.get("device_rng", [None] * len(state["rng"]))[mine])
