@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -85,27 +86,15 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
             tcp_dir: str | None = None, cxmi: bool = False,
             comet_model: str | None = None, samples: int = 1000, force: bool = False,
             log: Callable[[str], None] = print, progress: bool = True) -> dict:
-    from .contrastive import paired_test
-    from .metrics import bleu_by_length, evaluate_documents, paired_bootstrap, plot_by_length
-    from .readers import read_documents, read_sentences, write_marker
+    """Compare the systems ``runs`` on ``src`` against ``ref`` and write the table and plots to
+    ``out`` (see the module docstring); returns what ``compare.json`` holds."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise DocnmtError(f"--out {out} is a file, not a directory")
-    # a compare directory holds compare.json, or the marker of a compare that stopped early
-    if out.exists() and any(out.iterdir()) and not force and not (out / "compare.json").exists() \
-            and not (out / MARKER).exists():
-        raise DocnmtError(f"{out} exists and is not a compare directory; pass --force or choose another --out")
-    systems = parse_systems(runs)
-    src_docs = read_documents(src, fmt=fmt)
-    refs = read_sentences(ref)
-    if len(src_docs) != len(refs) or any(len(d.src) != len(r) for d, r in zip(src_docs, refs)):
-        raise DocnmtError(f"{src} and {ref} do not have the same documents and sentences")
-    base = next((s for s in systems if s.name == baseline), None) if baseline else systems[0]
-    if base is None:
-        raise DocnmtError(f"no system named {baseline!r} (systems: {', '.join(s.name for s in systems)})")
+    _check_out_dir(out, force)
+    systems, src_docs, refs, base = _inputs(runs, src, ref, fmt, baseline)
+    hypothesis = partial(_hypothesis, src_docs=src_docs, src=src, out=out, force=force, log=log, progress=progress)
     for sysm in systems:                                  # translation files: cheap, so checked first
         if not sysm.is_model:
-            sysm.hyp = _hypothesis(sysm, src_docs, src, out, force, log, progress, write_marker, read_sentences)
+            sysm.hyp = hypothesis(sysm)
             _check_documents(sysm, refs)
     (out / "hyps").mkdir(parents=True, exist_ok=True)     # only once the inputs are known to be good
     (out / MARKER).touch()
@@ -114,24 +103,68 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
     loaded_suites: dict = {}
     for sysm in systems:
         if sysm.is_model:
-            sysm.hyp = _hypothesis(sysm, src_docs, src, out, force, log, progress, write_marker, read_sentences)
+            sysm.hyp = hypothesis(sysm)
             _check_documents(sysm, refs)
-        m = evaluate_documents(sysm.hyp, refs, lowercase_too=False)
-        sysm.metrics = {k: (v["score"] if isinstance(v, dict) else v) for k, v in m.items()
-                        if k.startswith(("s_", "d_")) and k != "n_sents_scored"}
-        sysm.metrics["signature"] = m["d_bleu"]["signature"]
-        sysm.metrics["by_length"] = bleu_by_length(sysm.hyp, refs, lengths)
-        if tcp_dir:
-            from .tcp import tcp_documents
-            sysm.metrics["tcp"] = tcp_documents(sysm.hyp, tcp_dir)
-        if comet_model:
-            sysm.metrics["comet"] = _comet(comet_model, src_docs, sysm.hyp, refs, log)
-        if cxmi and sysm.is_model:
-            sysm.metrics["cxmi"] = _cxmi(sysm, src_docs, refs, progress, log)
+        sysm.metrics = _metrics(sysm, src_docs, refs, lengths, tcp_dir, comet_model, cxmi, progress, log)
         if examples and sysm.is_model:
             sysm.metrics["suites"] = _suites(sysm, examples, loaded_suites, suite_format, suite_options or {},
                                              out, progress, log)
         sysm._translator = None                    # one model in memory at a time
+    _paired_tests(systems, base, refs, samples)
+    result = {"src": str(src), "ref": str(ref), "baseline": base.name,
+              "systems": {s.name: {"path": str(s.path), **s.metrics} for s in systems}}
+    _write_outputs(result, systems, examples, out)
+    return result
+
+
+def _check_out_dir(out: Path, force: bool) -> None:
+    """An error for an ``--out`` that is a file, or a non-empty directory that is not a compare
+    directory (one holding compare.json, or the marker of a compare that stopped early) without force."""
+    if out.exists() and not out.is_dir():
+        raise DocnmtError(f"--out {out} is a file, not a directory")
+    if out.exists() and any(out.iterdir()) and not force and not (out / "compare.json").exists() \
+            and not (out / MARKER).exists():
+        raise DocnmtError(f"{out} exists and is not a compare directory; pass --force or choose another --out")
+
+
+def _inputs(runs: list[str], src: str, ref: str, fmt: str, baseline: str | None) -> tuple:
+    """The systems, the source documents, the references (checked to match them) and the baseline."""
+    from .readers import read_documents, read_sentences
+    systems = parse_systems(runs)
+    src_docs = read_documents(src, fmt=fmt)
+    refs = read_sentences(ref)
+    if len(src_docs) != len(refs) or any(len(d.src) != len(r) for d, r in zip(src_docs, refs)):
+        raise DocnmtError(f"{src} and {ref} do not have the same documents and sentences")
+    base = next((s for s in systems if s.name == baseline), None) if baseline else systems[0]
+    if base is None:
+        raise DocnmtError(f"no system named {baseline!r} (systems: {', '.join(s.name for s in systems)})")
+    return systems, src_docs, refs, base
+
+
+def _metrics(sysm: System, src_docs, refs, lengths: list[int], tcp_dir: str | None, comet_model: str | None,
+             cxmi: bool, progress, log) -> dict:
+    """BLEU and chrF (sentence and document level), d-BLEU by document length, and TCP, COMET and
+    CXMI when asked."""
+    from .metrics import bleu_by_length, evaluate_documents
+    m = evaluate_documents(sysm.hyp, refs, lowercase_too=False)
+    metrics = {k: (v["score"] if isinstance(v, dict) else v) for k, v in m.items()
+               if k.startswith(("s_", "d_")) and k != "n_sents_scored"}
+    metrics["signature"] = m["d_bleu"]["signature"]
+    metrics["by_length"] = bleu_by_length(sysm.hyp, refs, lengths)
+    if tcp_dir:
+        from .tcp import tcp_documents
+        metrics["tcp"] = tcp_documents(sysm.hyp, tcp_dir)
+    if comet_model:
+        metrics["comet"] = _comet(comet_model, src_docs, sysm.hyp, refs, log)
+    if cxmi and sysm.is_model:
+        metrics["cxmi"] = _cxmi(sysm, src_docs, refs, progress, log)
+    return metrics
+
+
+def _paired_tests(systems: list[System], base: System, refs, samples: int) -> None:
+    """Each system against the baseline: paired bootstrap of s- and d-BLEU, McNemar on each suite."""
+    from .contrastive import paired_test
+    from .metrics import paired_bootstrap
     for sysm in systems:
         if sysm is not base:
             sysm.metrics["bootstrap"] = {
@@ -142,8 +175,12 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
                       if k in base.suite_right}
             if paired:
                 sysm.metrics["suites_paired"] = paired
-    result = {"src": str(src), "ref": str(ref), "baseline": base.name,
-              "systems": {s.name: {"path": str(s.path), **s.metrics} for s in systems}}
+
+
+def _write_outputs(result: dict, systems: list[System], examples: dict, out: Path) -> None:
+    """compare.json, compare.md, compare.csv and the plots."""
+    from .contrastive import plot_accuracy_by
+    from .metrics import plot_by_length
     (out / "compare.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
     header, rows = table(result)
     (out / "compare.md").write_text(markdown(header, rows, result))
@@ -151,12 +188,10 @@ def compare(runs: list[str], src: str, ref: str, out: str | Path, *, baseline: s
         csv.writer(f).writerows([header, *rows])
     plot_by_length({s.name: s.metrics["by_length"] for s in systems}, out / "dbleu_by_length.png",
                    title="d-BLEU vs document length")
-    from .contrastive import plot_accuracy_by
     for suite in examples:
         reports = {s.name: s.metrics["suites"][suite] for s in systems if suite in s.metrics.get("suites", {})}
         for key in ("distance", "pronoun", "phenomenon", "type"):
             plot_accuracy_by(reports, key, out / f"{suite}_by_{key}.png", title=f"{suite}: accuracy by {key}")
-    return result
 
 
 def _check_documents(sysm: System, refs) -> None:
@@ -164,7 +199,10 @@ def _check_documents(sysm: System, refs) -> None:
         raise DocnmtError(f"{sysm.path}: {len(sysm.hyp)} documents, the reference has {len(refs)}")
 
 
-def _hypothesis(sysm: System, src_docs, src: str, out: Path, force: bool, log, progress, write_marker, read_sentences):
+def _hypothesis(sysm: System, src_docs, src: str, out: Path, force: bool, log, progress) -> list[list[str]]:
+    """The system's translation: a file read as it is, a model's translated (its translation
+    cached in ``out/hyps``, reused while the model, weights and source are the same)."""
+    from .readers import read_sentences, write_marker
     if not sysm.is_model:
         if sysm.path.is_dir():
             raise DocnmtError(f"{sysm.path}: a directory without config.yaml is not a docnmt model")
