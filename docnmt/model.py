@@ -1,15 +1,18 @@
-"""The one encoder-decoder Transformer every docnmt method is built on.
+"""The one encoder-decoder Transformer every docnmt method is built on: its configuration, the
+attention policy, the encoder output and the model.
 
-Read top to bottom: the configuration, sublayers and layers, positions and the attention policy,
-then encoder, decoder and model. Attention itself (:class:`~docnmt.attention.AttnSpec`, the
-kernels, :class:`~docnmt.attention.MultiheadAttention`) lives in :mod:`docnmt.attention`; the fast
-CPU building blocks (linear layers, dropout, the fused loss) in :mod:`docnmt.ops`.
+The pieces live beside it: layers and sublayers in :mod:`docnmt.layers`, position vectors and
+ALiBi in :mod:`docnmt.positions`, attention (:class:`~docnmt.attention_spec.AttnSpec`, the kernel
+table, :class:`~docnmt.attention.MultiheadAttention`) in :mod:`docnmt.attention`, the decoder's
+incremental state (:class:`~docnmt.decoder_state.DecoderCache`) in :mod:`docnmt.decoder_state`,
+the fast CPU building blocks (linear layers, dropout, the fused loss) in :mod:`docnmt.ops`. Their
+public names are importable from here too.
 
 Methods differ from the baseline mainly in attention, so attention takes its variations as an
 ``AttnSpec``; which spec each attention call receives is decided by the model's
 :class:`AttentionPolicy` (a module, so it may own parameters such as a relative-position table).
 The default policy gives padding masks and causality only. Layers are lists of residual
-:class:`Sublayer` s, so a method can replace the attention inside a sublayer (combined
+``Sublayer`` s, so a method can replace the attention inside a sublayer (combined
 local/global attention) or insert a new sublayer (gated context attention) without copying a
 layer. The extension points are listed in README.md, "Extending".
 """
@@ -21,18 +24,37 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import AttnSpec, KVCache, MultiheadAttention, RelativeLogits
+from .attention import AttentionSettings, AttnSpec, MultiheadAttention
+from .decoder_state import DecoderCache
 from .errors import ConfigError
-from .ops import Dropout, Linear, linear, projected_label_smoothed_ce
-
-# the feed-forward activations (``model.activation``; Hugging Face's names: gelu_new = gelu_tanh, swish = silu)
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu}
-# the position tables (``model.positions``), see :func:`position_table`
-POSITIONS = ("sinusoidal", "sinusoidal_halves", "sinusoidal_fairseq", "learned")
+from .layers import (  # noqa: F401  (re-exported)
+    ACTIVATIONS,
+    AttentionSublayer,
+    Decoder,
+    Encoder,
+    FeedForwardSublayer,
+    Layer,
+    State,
+    Sublayer,
+    decoder_layer,
+    encoder_layer,
+)
+from .ops import linear, projected_label_smoothed_ce
+from .positions import (  # noqa: F401  (re-exported)
+    POSITIONS,
+    Embedding,
+    LinearBiases,
+    NoPositions,
+    SinusoidalPositions,
+    TablePositions,
+    _plus,
+    alibi_slopes,
+    position_table,
+    positions_in_sentence,
+    sinusoidal_table,
+)
 
 
 @dataclass
@@ -53,8 +75,6 @@ class ModelConfig:
     pre_norm: bool = False
     share_embeddings: bool = True
     max_positions: int = 1024
-    # length-aware attention (docs/methods/length_bias.md): logits × max(log n, 0.1) / log n̄, on any model
-    length_aware: bool = False
     # ALiBi (docs/methods/length_bias.md#alibi): no position vectors; self-attention logits − m_h·|i − j| instead
     alibi: bool = False
     # positions restart in every sentence of a multi-sentence instance, each sentence counted as the
@@ -91,232 +111,6 @@ class ModelConfig:
                               + ("ALiBi (model.alibi), which has none" if self.alibi else
                                  "a target language token after the start token (mBART, NLLB)"))
 
-
-# --------------------------------------------------------------------------------------------
-# Sublayers and layers
-# --------------------------------------------------------------------------------------------
-
-@dataclass
-class State:
-    """What flows beside the hidden states through one encoder or decoder pass.
-
-    ``specs`` maps an attention kind ("enc_self", "dec_self", "cross", or a method's own kinds)
-    to its :class:`AttnSpec`; ``extra`` carries method-specific tensors (tags, context memory).
-    """
-
-    specs: dict[str, AttnSpec]
-    memory: Tensor | None = None
-    cache: dict | None = None
-    extra: dict = field(default_factory=dict)
-    beams: int = 1          # in beam search: consecutive rows that are hypotheses of one input
-
-
-class Sublayer(nn.Module):
-    """A residual sublayer: post-LN ``LN(x + drop(f(x)))`` or pre-LN ``x + drop(f(LN(x)))``.
-
-    Subclasses define ``transform(x, state) -> Tensor`` (the sublayer's function);
-    :meth:`combine` is the residual connection, which a method may replace (e.g. a context gate).
-    """
-
-    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
-        super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.dropout = Dropout(dropout)
-        self.pre_norm = pre_norm
-
-    def combine(self, x: Tensor, y: Tensor) -> Tensor:
-        return x + self.dropout(y)
-
-    def forward(self, x: Tensor, state: State) -> Tensor:
-        if self.pre_norm:
-            return self.combine(x, self.transform(self.norm(x), state))
-        return self.norm(self.combine(x, self.transform(x, state)))
-
-
-class AttentionSublayer(Sublayer):
-    """Self-attention (``kv=None``) or attention over ``state.memory`` (cross-attention).
-
-    ``kind`` names the spec this sublayer reads from ``state.specs``; ``attn`` is any module with
-    the :class:`MultiheadAttention` call signature, so it can be swapped (combined attention).
-    """
-
-    def __init__(self, cfg: ModelConfig, kind: str, name: str, cross: bool = False):
-        super().__init__(cfg.d_model, cfg.dropout, cfg.pre_norm)
-        self.kind, self.cross = kind, cross
-        self.attn = MultiheadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, name)
-
-    def transform(self, x: Tensor, state: State) -> Tensor:
-        kv = state.memory if self.cross else x
-        return self.attn(x, kv, state.specs[self.kind], state.cache, static_kv=self.cross)
-
-
-class FeedForwardSublayer(Sublayer):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg.d_model, cfg.dropout, cfg.pre_norm)
-        self.fc1 = Linear(cfg.d_model, cfg.ffn_dim)
-        self.fc2 = Linear(cfg.ffn_dim, cfg.d_model)
-        self.act_dropout = Dropout(cfg.activation_dropout)
-        self.act = ACTIVATIONS[cfg.activation]
-
-    def transform(self, x: Tensor, state: State) -> Tensor:
-        return self.fc2(self.act_dropout(self.act(self.fc1(x))))
-
-
-class Layer(nn.Module):
-    """An encoder or decoder layer: its sublayers applied in order.
-
-    ``inserted`` adds sublayers of a method without renumbering the base ones: ``{i: sub}``
-    runs ``sub`` just before ``sublayers[i]`` (parameter names ``inserted.{i}.…``), so weights of
-    the base model still load by name (the context-encoder Transformer's gated context attention).
-    """
-
-    def __init__(self, sublayers: list[Sublayer], inserted: dict[int, Sublayer] | None = None):
-        super().__init__()
-        self.sublayers = nn.ModuleList(sublayers)
-        self.inserted = nn.ModuleDict({str(i): sub for i, sub in (inserted or {}).items()})
-
-    def forward(self, x: Tensor, state: State) -> Tensor:
-        for i, sub in enumerate(self.sublayers):
-            if str(i) in self.inserted:
-                x = self.inserted[str(i)](x, state)
-            x = sub(x, state)
-        return x
-
-
-def encoder_layer(cfg: ModelConfig, i: int) -> Layer:
-    return Layer([AttentionSublayer(cfg, "enc_self", f"enc.{i}.self"), FeedForwardSublayer(cfg)])
-
-
-def decoder_layer(cfg: ModelConfig, i: int) -> Layer:
-    return Layer([AttentionSublayer(cfg, "dec_self", f"dec.{i}.self"),
-                  AttentionSublayer(cfg, "cross", f"dec.{i}.cross", cross=True),
-                  FeedForwardSublayer(cfg)])
-
-
-# --------------------------------------------------------------------------------------------
-# Positions and the attention policy
-# --------------------------------------------------------------------------------------------
-
-def sinusoidal_table(n: int, d: int, device=None) -> Tensor:
-    """P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(...), unscaled
-    (docs/methods/baselines.md#positions)."""
-    pos = torch.arange(n, dtype=torch.float32, device=device)[:, None]
-    inv = torch.exp(torch.arange(0, d, 2, dtype=torch.float32, device=device) * (-math.log(10000.0) / d))
-    table = torch.zeros(n, d, device=device)
-    table[:, 0::2] = torch.sin(pos * inv)
-    table[:, 1::2] = torch.cos(pos * inv[: d // 2])
-    return table
-
-
-class SinusoidalPositions(nn.Module):
-    """P[offset : offset + n] of the unscaled sinusoidal table, grown on demand."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.register_buffer("pe", sinusoidal_table(cfg.max_positions, cfg.d_model), persistent=False)
-
-    def forward(self, n: int, offset: int = 0) -> Tensor:
-        if offset + n > self.pe.size(0):
-            self.pe = sinusoidal_table(2 * (offset + n), self.pe.size(1), self.pe.device)
-        return self.pe[offset: offset + n]
-
-
-def position_table(kind: str, n: int, d: int, device=None) -> Tensor:
-    """Rows 0 … n−1 of the sinusoidal tables of pretrained models (docs/pretrained.md#positions):
-    ``sinusoidal_halves`` (Marian) holds sin(p·ω_i) in the first half and cos(p·ω_i) in the second,
-    ω_i = 10000^(−2i/d), i.e. :func:`sinusoidal_table` with its columns regrouped;
-    ``sinusoidal_fairseq`` (fairseq, M2M-100, NLLB) the same halves with ω_i = 10000^(−i/(d/2−1)),
-    computed in fp32 as fairseq does. Row p is position p − ``position_offset`` of the model."""
-    if kind == "sinusoidal":
-        return sinusoidal_table(n, d, device)
-    if kind == "sinusoidal_halves":
-        pos = torch.arange(n, dtype=torch.float64, device=device)[:, None]
-        angle = pos * torch.pow(10000.0, -torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)
-        return torch.cat([angle.sin(), angle.cos()], 1).float()
-    if kind == "sinusoidal_fairseq":
-        half = d // 2
-        freq = torch.exp(torch.arange(half, device=device).float() * -(math.log(10000) / (half - 1)))
-        angle = torch.arange(n, device=device).float()[:, None] * freq[None]
-        table = torch.cat([angle.sin(), angle.cos()], 1)
-        return torch.cat([table, table.new_zeros(n, d - 2 * half)], 1)
-    raise ValueError(f"no sinusoidal table {kind!r}")
-
-
-class TablePositions(nn.Module):
-    """Position vectors from a table of pretrained models: a sinusoidal one of
-    :func:`position_table` (grown on demand) or a learned one (``positions: learned``, the
-    parameter ``weight`` of ``max_positions + position_offset`` rows; later positions read the
-    last row). Position p reads row p + ``position_offset``."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.kind, self.offset, rows = cfg.positions, cfg.position_offset, cfg.max_positions + cfg.position_offset
-        if self.kind == "learned":
-            self.weight = nn.Parameter(torch.empty(rows, cfg.d_model).normal_(0.0, cfg.d_model ** -0.5))
-        else:
-            self.register_buffer("pe", position_table(self.kind, rows, cfg.d_model), persistent=False)
-
-    def forward(self, n: int, offset: int = 0) -> Tensor:
-        first = offset + self.offset
-        if self.kind == "learned":
-            rows = torch.arange(first, first + n, device=self.weight.device).clamp(max=self.weight.size(0) - 1)
-            return self.weight[rows]
-        if first + n > self.pe.size(0):
-            self.pe = position_table(self.kind, 2 * (first + n), self.pe.size(1), self.pe.device)
-        return self.pe[first: first + n]
-
-
-class NoPositions(nn.Module):
-    """The position vectors of an ALiBi model (``alibi``): zeros; positions enter attention as
-    :class:`LinearBiases` instead."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.register_buffer("zero", torch.zeros(1, cfg.d_model), persistent=False)
-
-    def forward(self, n: int, offset: int = 0) -> Tensor:
-        return self.zero.expand(n, -1)
-
-
-def alibi_slopes(heads: int) -> Tensor:
-    """ALiBi's head slopes (Press et al., 2022): m_h = 2^(−8h/H), h = 1 … H, for H a power of 2;
-    otherwise those of the power of 2 below H, then every other slope of twice that power."""
-    p = 2 ** math.floor(math.log2(heads))
-    geometric = lambda n: [2 ** (-8 * (h + 1) / n) for h in range(n)]  # noqa: E731
-    return torch.tensor(geometric(p) + geometric(2 * p)[0::2][: heads - p])
-
-
-class LinearBiases(nn.Module):
-    """ALiBi (``model.alibi``): adds −m_h·|i − j| to the logits of every self-attention kind
-    (``enc_self*``, ``dec_self*``; the decoder's causal mask hides j > i), through each spec's
-    ``bias``; cross-attention and a method's other attentions get none. Query i is at position
-    ``offset + i`` (incremental decoding), keys at 0 … n_keys − 1."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.register_buffer("slopes", alibi_slopes(cfg.heads), persistent=False)
-
-    def bias(self, n_q: int, n_keys: int, offset: int = 0) -> Tensor:
-        q = torch.arange(offset, offset + n_q, device=self.slopes.device)
-        dist = (q[:, None] - torch.arange(n_keys, device=self.slopes.device)[None, :]).abs()
-        return -self.slopes[None, :, None, None] * dist                                  # (1, h, nq, nk)
-
-    def add(self, specs: dict[str, AttnSpec], side: str, n_q: int, n_keys: int, offset: int = 0) -> None:
-        extra = self.bias(n_q, n_keys, offset)
-        for kind, spec in specs.items():
-            if kind.startswith(f"{side}_self"):
-                spec.bias = _plus(spec.bias, extra)
-
-
-def _plus(bias, extra: Tensor):
-    """A spec's ``bias`` (None, a tensor, :class:`RelativeLogits`, or a callable giving one) plus
-    the tensor ``extra``: a relative term becomes dense (the block-wise relative kernel takes no
-    second bias)."""
-    if bias is None:
-        return extra
-    if callable(bias):
-        return lambda q, name: _plus(bias(q, name), extra)
-    return (bias.dense() if isinstance(bias, RelativeLogits) else bias) + extra
 
 
 @contextmanager
@@ -359,65 +153,6 @@ class AttentionPolicy(nn.Module):
         return {"dec_self": AttnSpec(is_causal=True),
                 "cross": AttnSpec(mask=src_pad[:, None, None, :])}
 
-
-# --------------------------------------------------------------------------------------------
-# Encoder, decoder, model
-# --------------------------------------------------------------------------------------------
-
-def positions_in_sentence(tokens: Tensor, openers: int | Tensor, first_word: int) -> Tensor:
-    """Each token's position in its own sentence, counted as docnmt's plain sentence format counts
-    it. A sentence begins at an ``openers`` token (one id or a tensor of ids: ``<s>``, a
-    separator): its first word is at ``first_word`` (0 on the source side, whose plain format is
-    ``x </s>``; 1 in the decoder input ``<s> y``), the opener at ``first_word - 1`` or 0, and a
-    token before the first opener from the start (a source's first sentence, the decoder's EOD)."""
-    t = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)
-    opens = tokens.eq(openers) if isinstance(openers, int) else torch.isin(tokens, openers)
-    start = torch.where(opens, t, torch.zeros_like(t)).cummax(-1).values
-    in_sentence = opens.cumsum(-1) > 0
-    return torch.where(in_sentence, (t - start - 1 + first_word).clamp(min=0), t)
-
-
-class Embedding(nn.Module):
-    """sqrt(d)·E[x] + P[pos], then dropout (docs/methods/baselines.md#the-shared-transformer).
-    Pretrained models may leave out the sqrt(d) scale, use another position table and add a
-    LayerNorm before the dropout (``scale_embeddings``, ``positions``, ``embed_norm``)."""
-
-    def __init__(self, table: nn.Embedding, cfg: ModelConfig):
-        super().__init__()
-        self.table, self.scale = table, math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
-        self.dropout = Dropout(cfg.dropout)
-        plain = cfg.positions == "sinusoidal" and cfg.position_offset == 0
-        self.positions = NoPositions(cfg) if cfg.alibi else SinusoidalPositions(cfg) if plain else TablePositions(cfg)
-        if cfg.embed_norm:
-            self.norm = nn.LayerNorm(cfg.d_model)
-
-    def forward(self, tokens: Tensor, offset: int = 0, dropout: bool = True, at: Tensor | None = None) -> Tensor:
-        """``at``: each token's own position (B, n), each below ``offset + n``, instead of ``offset``,
-        ``offset + 1``, …"""
-        pos = self.positions(tokens.size(1), offset) if at is None else self.positions(offset + tokens.size(1))[at]
-        x = self.table(tokens) * self.scale + pos.to(self.table.weight.dtype)
-        if hasattr(self, "norm"):
-            x = self.norm(x)
-        return self.dropout(x) if dropout else x
-
-
-class Encoder(nn.Module):
-    """Embedding, layers, and the final LayerNorm of pre-LN models (also the decoder's shape)."""
-
-    def __init__(self, cfg: ModelConfig, embed: Embedding, layers: list[Layer]):
-        super().__init__()
-        self.embed = embed
-        self.layers = nn.ModuleList(layers)
-        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else None
-
-    def forward(self, x: Tensor, state: State) -> Tensor:
-        for layer in self.layers:
-            x = layer(x, state)
-        return x if self.final_norm is None else self.final_norm(x)
-
-
-class Decoder(Encoder):
-    pass
 
 
 @dataclass
@@ -475,6 +210,7 @@ class Transformer(nn.Module):
             self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.output_bias:
             self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
+        self._attention_settings = AttentionSettings()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -491,6 +227,20 @@ class Transformer(nn.Module):
             nn.init.normal_(table.weight, 0.0, self.cfg.d_model ** -0.5)
             with torch.no_grad():
                 table.weight[self.cfg.pad_id].zero_()
+
+    @property
+    def attention_settings(self) -> AttentionSettings:
+        """How this model's attention may run on CUDA (FlexAttention, cuDNN's SDPA), its own
+        whatever other models in the process use; set it to give every attention module of the
+        model new settings (``AttentionSettings.of(cfg.train)``)."""
+        return self._attention_settings
+
+    @attention_settings.setter
+    def attention_settings(self, settings: AttentionSettings) -> None:
+        self._attention_settings = settings
+        for mod in self.modules():
+            if isinstance(mod, MultiheadAttention):
+                mod.settings = settings
 
     def set_training_lengths(self, mean_src: float, mean_tgt: float) -> None:
         """The trainer's hook at the start of every epoch: the mean instance lengths (tokens)."""
@@ -554,14 +304,16 @@ class Transformer(nn.Module):
         at = self._positions(tgt_in, first_word=1)
         return self.decoder.embed(tgt_in[:, offset:], offset, at=None if at is None else at[:, offset:])
 
-    def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: dict | None = None) -> Tensor:
+    def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: DecoderCache | None = None) -> Tensor:
         """Decoder hidden states for ``tgt_in`` (the whole prefix). With a ``cache``
         (incremental decoding) only the tokens not yet cached are fed, and only their states
         are returned; the policy still sees the whole prefix (e.g. to recompute sentence tags)."""
-        offset = cache.get("_len", 0) if cache is not None else 0
+        if cache is not None and not isinstance(cache, DecoderCache):
+            raise TypeError(f"the decoder's cache is a docnmt.decoder_state.DecoderCache, not {type(cache).__name__}")
         lang = self.cfg.tgt_lang_token
         if lang >= 0:     # the forced language code after the start token: one more position
             tgt_in = torch.cat([tgt_in[:, :1], tgt_in.new_full((tgt_in.size(0), 1), lang), tgt_in[:, 1:]], 1)
+        offset = cache.start(tgt_in.size(1)) if cache is not None else 0
         specs = self.policy.decoder_specs(tgt_in, enc.src, enc.pad, offset)
         if self.alibi is not None:
             self.alibi.add(specs, "dec", tgt_in.size(1) - offset, tgt_in.size(1), offset)
@@ -570,7 +322,7 @@ class Transformer(nn.Module):
         state = State(specs, memory=enc.memory, cache=cache, extra=enc.extra, beams=enc.beams)
         out = self.decoder(self.embed_target(tgt_in, offset, enc), state)
         if cache is not None:
-            cache["_len"] = tgt_in.size(1)
+            cache.advance(tgt_in.size(1))
         if lang >= 0 and offset == 0:   # the start token's state predicts the language code: not returned
             out = out[:, 1:]
         return out
@@ -609,29 +361,3 @@ class Transformer(nn.Module):
             weight = torch.cat([weight, bias[:, None].to(weight.dtype)], 1)
         loss, nll = projected_label_smoothed_ce(hidden, weight, labels[select], label_smoothing)
         return loss, nll, int(select.sum())
-
-    @staticmethod
-    def expand_cache(cache: dict, index: Tensor) -> None:
-        """A cache filled with one row per input becomes one with rows ``index`` (each input
-        repeated once per beam). Static (cross-attention) entries are dropped: the next step
-        computes them again from the encoder output, in the layout its beams need."""
-        for name in cache.get("_static", set()) & cache.keys():
-            del cache[name]
-        Transformer.reorder_cache(cache, index)
-
-    @staticmethod
-    def reorder_cache(cache: dict, index: Tensor, static_index: Tensor | None = None, beams: int = 1) -> None:
-        """Reorder the cached keys/values of decoder self-attention rows by ``index``; the static
-        (cross-attention) ones only by ``static_index``, when rows of whole inputs were dropped
-        (beams of one input share them; keys kept once per input follow the inputs)."""
-        static, per_input = cache.get("_static", set()), cache.get("_per_input", set())
-        for name, kv in list(cache.items()):
-            if name.startswith("_"):
-                continue
-            idx = static_index if name in static else index
-            if idx is not None and name in per_input:
-                idx = idx.view(-1, beams)[:, 0] // beams
-            if isinstance(kv, KVCache):
-                kv.index_select(index)
-            elif idx is not None:
-                cache[name] = (kv[0].index_select(0, idx), kv[1].index_select(0, idx))

@@ -7,7 +7,7 @@ One search for every method. Its extension points:
   context sentence's ``</s>``, does not end the hypothesis. The first ``min(len(prefix))`` forced
   tokens go through the decoder in one pass, once per input rather than once per beam (a
   model's incremental decoding must give the same states for a multi-token first step as step
-  by step, and its cache must survive :meth:`Transformer.expand_cache`: tested for every method);
+  by step, and its cache must survive :meth:`DecoderCache.expand`: tested for every method);
 * ``processors``: callables ``f(step, tokens, lprobs, rows, limit)`` that edit the
   log-probabilities of the next token in place, ``tokens`` being each hypothesis' prefix (``<s>``
   first), ``rows`` the index of the input sentence each row belongs to and ``limit`` each row's
@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
+from .decoder_state import DecoderCache
 from .model import Transformer
 
 
@@ -114,7 +115,7 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     tokens = torch.as_tensor(bos, dtype=torch.long, device=device).expand(B).repeat_interleave(K)[:, None]
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0                                                # all beams start identical
-    cache: dict = {}
+    cache = DecoderCache()
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     alive = torch.arange(B, device=device)                            # sentences still searched
     banned_t = torch.tensor(sorted(set(banned) - {eos}), dtype=torch.long, device=device)
@@ -188,16 +189,16 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
         if keep.numel() < n:    # whole inputs finished: drop their rows from the static state too
             static = (keep[:, None] * K + torch.arange(K, device=device)).view(-1)
             enc = enc.select(static)
-        model.reorder_cache(cache, order, static, K)
+        cache.reorder(order, static, K)
     return [sorted(f, key=lambda h: -h.score)[: cfg.nbest] for f in finished]
 
 
-def _prefill(model: Transformer, tokens: Tensor, enc, cache: dict, beams: int) -> None:
+def _prefill(model: Transformer, tokens: Tensor, enc, cache: DecoderCache, beams: int) -> None:
     """Feed the shared forced prefix ``tokens`` (one row per input) through the decoder once and
     copy the cache to every beam. (Without it, the first step below would feed the prefix once
     per beam: the same states, more work.)"""
     model.decode(tokens, enc, cache)
-    model.expand_cache(cache, torch.arange(tokens.size(0), device=tokens.device).repeat_interleave(beams))
+    cache.expand(torch.arange(tokens.size(0), device=tokens.device).repeat_interleave(beams))
 
 
 def _next_lprobs(model: Transformer, hidden: Tensor, forced: Tensor) -> Tensor:

@@ -9,7 +9,8 @@ import docnmt
 from docnmt import methods
 
 PACKAGE = Path(docnmt.__file__).parent
-CORE = ["model.py", "attention.py", "ops.py", "search.py", "translate.py", "scoring.py", "config.py",
+CORE = ["model.py", "layers.py", "positions.py", "attention.py", "attention_spec.py", "kernels.py", "decoder_state.py",
+        "ops.py", "search.py", "translate.py", "scoring.py", "config.py",
         "checkpoint.py", *(f"data/{p.name}" for p in (PACKAGE / "data").glob("*.py")),
         *(f"training/{p.name}" for p in sorted((PACKAGE / "training").glob("*.py"))),
         *(f"cli/{p.name}" for p in sorted((PACKAGE / "cli").glob("*.py"))), "translate_io.py", "evaluation.py",

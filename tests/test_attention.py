@@ -1,17 +1,23 @@
-"""docnmt.attention: the kernels against the explicit softmax reference, bf16, the attention probe."""
+"""docnmt.attention: the kernels against the explicit softmax reference, the kernel table, spec parts,
+per-model attention settings, bf16, the attention probe."""
 import warnings
 
 import pytest
 import torch
 
 from docnmt.attention import (
+    KERNEL_TABLE,
     AttentionProbe,
+    AttentionSettings,
     AttnSpec,
+    MaskPart,
     MultiheadAttention,
+    RelativeLogits,
     attention_flex,
     attention_grouped,
     attention_reference,
     attention_sdpa,
+    choose_kernel,
 )
 from docnmt.model import ModelConfig
 
@@ -94,12 +100,12 @@ def test_compiled_flex_attention_compiles_once_for_every_kind_and_length(monkeyp
     key), padded keys."""
     import random
 
-    from docnmt import attention
+    from docnmt import kernels
     strict_recompiles(5)
     from torch.nn.attention.flex_attention import flex_attention
     # the block masks compiled as on CUDA; the kernel itself eager (torch 2.13's compiled CPU
     # FlexAttention template fails to build for dynamic shapes)
-    monkeypatch.setitem(attention._FLEX_FUNCTIONS, "cpu", (flex_attention, attention.compiled_flex_functions()[1]))
+    monkeypatch.setitem(kernels._FLEX_FUNCTIONS, "cpu", (flex_attention, kernels.compiled_flex_functions()[1]))
     rng, g = random.Random(0), torch.Generator().manual_seed(0)
     for step in range(6):
         n, b = rng.randint(30, 300), rng.randint(1, 3)
@@ -227,8 +233,8 @@ class _OnCuda(torch.Tensor):
         return True
 
 
-def test_flex_attention_is_taken_on_cuda_unless_switched_off(monkeypatch):
-    """On CUDA a group mask goes to FlexAttention; ``use_flex_attention(False)`` (config
+def test_flex_attention_is_taken_on_cuda_unless_the_settings_switch_it_off(monkeypatch):
+    """On CUDA a group mask goes to FlexAttention; ``AttentionSettings(flex=False)`` (config
     ``train.flex_attention: false``) sends it to the block-by-block SDPA path instead, with the
     same result, and attention dropout never reaches FlexAttention."""
     from docnmt import attention
@@ -237,24 +243,163 @@ def test_flex_attention_is_taken_on_cuda_unless_switched_off(monkeypatch):
     tags = tags_rows([[1] * 8 + [2] * 12, [1] * 15])       # over 16 queries: not the decoding path
     spec = AttnSpec(mask=tags.eq(0)[:, None, None, :], groups=(tags, tags))
     q, k, v = (t.as_subclass(_OnCuda) for t in rand_qkv(nq=20, nk=20))
-    try:
-        attention.use_flex_attention(True)
-        attention_sdpa(q, k, v, spec)
-        assert taken == ["flex"]
-        attention_sdpa(q, k, v, spec, dropout=0.1)
-        attention.use_flex_attention(False)
-        out = attention_sdpa(q, k, v, spec)
-        assert taken == ["flex"]
-        torch.testing.assert_close(out.as_subclass(torch.Tensor),
-                                   attention_reference(*(t.as_subclass(torch.Tensor) for t in (q, k, v)), spec))
-        causal = torch.ones(20, 20, dtype=torch.bool).triu(1)       # DocFlat's masks come as `visible` too
-        flat = AttnSpec(mask=causal, visible=lambda b, h, i, j: j <= i)
-        attention_sdpa(q, k, v, flat)
-        assert taken == ["flex"]
-        attention.use_flex_attention(True)
-        attention_sdpa(q, k, v, flat)
-        assert taken == ["flex", "flex"]
-    finally:
-        attention.use_flex_attention(True)
-    attention_sdpa(*rand_qkv(nq=20, nk=20), spec)        # a real CPU tensor never takes it
+    on, off = AttentionSettings(flex=True), AttentionSettings(flex=False)
+    attention_sdpa(q, k, v, spec, settings=on)
+    assert taken == ["flex"]
+    attention_sdpa(q, k, v, spec, dropout=0.1, settings=on)
+    out = attention_sdpa(q, k, v, spec, settings=off)
+    assert taken == ["flex"]
+    torch.testing.assert_close(out.as_subclass(torch.Tensor),
+                               attention_reference(*(t.as_subclass(torch.Tensor) for t in (q, k, v)), spec))
+    causal = torch.ones(20, 20, dtype=torch.bool).triu(1)       # DocFlat's masks come as `visible` too
+    flat = AttnSpec(mask=causal, visible=lambda b, h, i, j: j <= i)
+    attention_sdpa(q, k, v, flat, settings=off)
+    assert taken == ["flex"]
+    attention_sdpa(q, k, v, flat, settings=on)
     assert taken == ["flex", "flex"]
+    attention_sdpa(*rand_qkv(nq=20, nk=20), spec, settings=on)        # a real CPU tensor never takes it
+    assert taken == ["flex", "flex"]
+
+
+# ---- the kernel table ---------------------------------------------------------------------------
+
+def kernel_example(kernel):
+    """A call the kernel table should send to ``kernel``: q, k, v, spec (q needing gradients
+    unless the call is a decoding step)."""
+    tags = tags_rows([[1] * 8 + [2] * 12, [1] * 15])
+    pad = tags.eq(0)[:, None, None, :]
+    q, k, v = rand_qkv(nq=20, nk=20)
+    if kernel == "reference":                      # a decoding step: a few queries, no gradients
+        return [*rand_qkv(nq=3, nk=7), AttnSpec(is_causal=True)]
+    if kernel == "flex":                           # on CUDA, group tags and key padding
+        return [*(t.as_subclass(_OnCuda) for t in (q, k, v)), AttnSpec(mask=pad, groups=(tags, tags))]
+    q.requires_grad_()
+    if kernel == "grouped":
+        return [q, k, v, AttnSpec(mask=pad, groups=(tags, tags))]
+    if kernel == "relative":
+        return [q, k, v, AttnSpec(is_causal=True, bias=RelativeLogits(q, torch.randn(9, 8), 4, 20, 8 ** -0.5))]
+    return [q, k, v, AttnSpec(mask=pad, is_causal=True)]
+
+
+def flat_text(text: str) -> str:
+    return " ".join(text.replace("`", "").split())
+
+
+@pytest.mark.parametrize("route", KERNEL_TABLE, ids=lambda route: route.kernel)
+def test_every_row_of_the_kernel_table_is_documented_and_dispatched(route):
+    """A call each row describes goes to that row's kernel, which equals the reference; the row
+    stands, in the table's order, in the module doc and in docs/attention.md."""
+    from pathlib import Path
+
+    from docnmt import attention
+    q, k, v, spec = kernel_example(route.kernel)
+    assert choose_kernel(spec, q, 0.0, AttentionSettings()) == route.kernel
+    plain = [t.as_subclass(torch.Tensor) for t in (q, k, v)]
+    want = attention_reference(*plain, spec)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = attention_flex(*plain, spec) if route.kernel == "flex" else attention_sdpa(q, k, v, spec)
+    torch.testing.assert_close(got.as_subclass(torch.Tensor), want, rtol=1e-5, atol=1e-5)
+    docs = Path(__file__).resolve().parents[1] / "docs" / "attention.md"
+    module_doc, page = flat_text(attention.__doc__), flat_text(docs.read_text())
+    rows = [(flat_text(f"{r.kernel} {r.device} {r.when}"), flat_text(f"| {r.kernel} | {r.device} | {r.when} |"))
+            for r in KERNEL_TABLE]
+    assert rows[KERNEL_TABLE.index(route)][0] in module_doc and rows[KERNEL_TABLE.index(route)][1] in page
+    assert [module_doc.index(r[0]) for r in rows] == sorted(module_doc.index(r[0]) for r in rows)
+    assert [page.index(r[1]) for r in rows] == sorted(page.index(r[1]) for r in rows)
+
+
+def test_settings_and_dropout_move_a_call_down_the_table():
+    """The conditions of the rows: without FlexAttention a CUDA group call goes block by block,
+    with dropout too; a decoding step that needs gradients is not the explicit form."""
+    q, k, v, spec = kernel_example("flex")
+    assert choose_kernel(spec, q, 0.0, AttentionSettings(flex=False)) == "grouped"
+    assert choose_kernel(spec, q, 0.1, AttentionSettings()) == "grouped"
+    q, k, v, spec = kernel_example("reference")
+    assert choose_kernel(spec, q.requires_grad_(), 0.0) == "masked"
+    q, k, v, spec = kernel_example("grouped")
+    spec.bias = torch.zeros(1, 1, 20, 20)
+    assert choose_kernel(spec, q) == "masked"
+
+
+def test_two_models_in_one_process_each_dispatch_by_their_own_settings(monkeypatch):
+    """``attention_settings`` belong to a model (``docnmt serve a=… b=…``): a model whose settings
+    turn FlexAttention off keeps its block-by-block path on CUDA while another model in the same
+    process takes FlexAttention, in every attention module of each."""
+    from docnmt import attention
+    from docnmt.model import Transformer
+    taken = []
+    monkeypatch.setattr(attention, "attention_flex", lambda q, k, v, spec: taken.append("flex") or q)
+    monkeypatch.setattr(attention, "attention_grouped",
+                        lambda q, k, v, spec, dropout=0.0: taken.append("grouped") or q)
+    a, b = Transformer(CFG).eval(), Transformer(CFG).eval()
+    a.attention_settings, b.attention_settings = AttentionSettings(flex=True), AttentionSettings(flex=False)
+    assert a.attention_settings.flex and not b.attention_settings.flex
+    tags = tags_rows([[1] * 8 + [2] * 12, [1] * 15])
+    spec = AttnSpec(mask=tags.eq(0)[:, None, None, :], groups=(tags, tags))
+    x = torch.randn(2, 20, CFG.d_model).as_subclass(_OnCuda)
+    with torch.no_grad():
+        for model in (a, b, a):
+            for name, mod in model.named_modules():
+                if isinstance(mod, MultiheadAttention):
+                    mod(x, x, spec)
+    n = sum(isinstance(m, MultiheadAttention) for m in a.modules())
+    assert n == CFG.encoder_layers + 2 * CFG.decoder_layers
+    assert taken == ["flex"] * n + ["grouped"] * n + ["flex"] * n
+
+
+class Window(MaskPart):
+    """A method's own mask part: a query sees keys at most ``w`` positions away (queries aligned
+    to the last keys)."""
+
+    prefers_flex = flex_ready = True
+
+    def __init__(self, w: int):
+        self.w = torch.tensor(w)
+
+    def dense(self, n_q, n_k, device):
+        i = torch.arange(n_q, device=device)[:, None] + (n_k - n_q)
+        return (i - torch.arange(n_k, device=device)[None, :]).abs() > self.w
+
+    def mask_mod(self, B, n_q, n_k, device):
+        shift, w = torch.tensor(n_k - n_q, device=device), self.w
+        return lambda b, h, i, j: (i + shift - j).abs() <= w
+
+
+def test_a_methods_own_mask_part_composes_with_the_core_parts_in_every_kernel():
+    """A part a method adds (no new AttnSpec field) reaches the reference, the dense SDPA kernel
+    and FlexAttention, together with the core's padding and causal parts; the table never sends
+    it to a kernel that cannot express it (the group kernel)."""
+    q, k, v = rand_qkv(nq=12, nk=12)
+    pad = torch.zeros(2, 1, 1, 12, dtype=torch.bool)
+    pad[1, ..., 10:] = True                     # (no query left without a visible key)
+    spec = AttnSpec(mask=pad, is_causal=True, parts=[Window(3)])
+    i, j = torch.arange(12)[:, None], torch.arange(12)[None, :]
+    by_hand = pad | (j > i) | ((i - j) > 3)
+    torch.testing.assert_close(attention_reference(q, k, v, spec), attention_reference(q, k, v, AttnSpec(mask=by_hand)))
+    assert not torch.allclose(attention_reference(q, k, v, spec),
+                              attention_reference(q, k, v, AttnSpec(mask=pad, is_causal=True)))
+    q.requires_grad_()
+    assert choose_kernel(spec, q) == "masked"
+    torch.testing.assert_close(attention_sdpa(q, k, v, spec), attention_reference(q, k, v, spec))
+    assert choose_kernel(spec, q.detach().as_subclass(_OnCuda).requires_grad_()) == "flex"
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(attention_flex(q.detach(), k, v, spec), attention_reference(q, k, v, spec),
+                                   rtol=1e-5, atol=1e-5)
+    tags = torch.ones(2, 12, dtype=torch.long)
+    assert choose_kernel(AttnSpec(mask=pad, groups=(tags, tags), parts=[Window(3)]), q) == "masked"
+
+
+def test_spec_parts_read_back_as_the_old_fields():
+    tags = torch.ones(1, 4, dtype=torch.long)
+    mask = torch.zeros(1, 1, 1, 4, dtype=torch.bool)
+    spec = AttnSpec(mask=mask, is_causal=True, groups=(tags, tags))
+    assert spec.mask is mask and spec.is_causal and spec.groups[0] is tags and spec.visible is None
+    assert AttnSpec().mask is None and not AttnSpec().is_causal and AttnSpec().groups is None
+    with pytest.raises(ValueError, match="dense mask"):
+        AttnSpec(visible=lambda b, h, i, j: j <= i)
+    with pytest.raises(TypeError):
+        spec.replace(mask=None)
+    again = spec.replace(scale=torch.ones(1))
+    assert again.parts == spec.parts and again.scale is not None and spec.scale is None

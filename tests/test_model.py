@@ -12,6 +12,7 @@ from docnmt.attention import (
     MultiheadAttention,
     attention_reference,
 )
+from docnmt.decoder_state import DecoderCache
 from docnmt.errors import ConfigError
 from docnmt.model import (
     ACTIVATIONS,
@@ -94,7 +95,7 @@ def test_group_masks_incremental_equal_full():
     src, tgt = two_sentence_batch()
     enc = model.encode(src)
     full = model.decode(tgt, enc)
-    cache = {}
+    cache = DecoderCache()
     steps = torch.cat([model.decode(tgt[:, : t + 1], enc, cache) for t in range(tgt.size(1))], 1)
     torch.testing.assert_close(full, steps, atol=1e-5, rtol=1e-5)
 
@@ -144,7 +145,7 @@ def test_position_aware_incremental_equals_full():
     tgt = torch.randint(4, 50, (2, 5))
     enc = model.encode(src)
     full = model.decode(tgt, enc)
-    cache = {}
+    cache = DecoderCache()
     steps = torch.cat([model.decode(tgt[:, : t + 1], enc, cache) for t in range(5)], 1)
     torch.testing.assert_close(full, steps, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(full, Transformer(CFG).eval().decode(tgt, enc))
@@ -242,7 +243,7 @@ def _shared_memory_models():
     from docnmt.methods.length_bias import LengthAwareScale
     base = dict(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
     yield "transformer", Transformer(ModelConfig(**base))
-    laa = Transformer(ModelConfig(**base, length_aware=True))
+    laa = Transformer(ModelConfig(**base))
     laa.length_scale = LengthAwareScale()
     yield "length-aware", laa
     yield "p-transformer", ptransformer.build(ModelConfig(**base))
@@ -274,7 +275,7 @@ def test_beams_sharing_memory_equal_beams_with_copies(name):
         enc = model.encode(src, ctx=ctx) if name == "context-transformer" else model.encode(src)
         copies, shared = enc.select(torch.arange(B).repeat_interleave(K)), enc.expand_beams(K)
         assert shared.memory.size(0) == B and copies.memory.size(0) == B * K
-        c_copies, c_shared = {}, {}
+        c_copies, c_shared = DecoderCache(), DecoderCache()
         for t in range(T):
             a = model.decode(tgt[:, : t + 1], copies, c_copies)
             b = model.decode(tgt[:, : t + 1], shared, c_shared)
@@ -289,8 +290,8 @@ def test_beams_sharing_memory_equal_beams_with_copies(name):
             tgt = tgt[order]
             if static is not None:
                 copies, shared = copies.select(static), shared.select(static)
-            model.reorder_cache(c_copies, order, static)
-            model.reorder_cache(c_shared, order, static, K)
+            c_copies.reorder(order, static)
+            c_shared.reorder(order, static, K)
 
 
 # ---- positions, embeddings and the options of pretrained models -------------------------------

@@ -186,7 +186,8 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
                 seed: int = 0) -> dict:
     """``compiled``: docnmt's ``--compile`` (the warm-up updates, which compile, timed apart);
     ``alone``: docnmt only, no Hugging Face model; ``cudnn``: SDPA may use cuDNN's attention
-    (``train.cudnn_attention``; process-wide, so the Hugging Face model runs under the same choice);
+    (``train.cudnn_attention``, the docnmt model's own; the Hugging Face model follows the process-wide
+    ``use_cudnn_attention`` of the run's ``--cudnn-attention``);
     ``seed``: which batches are drawn (another seed for a second run in the same process, whose
     per-shape caches the first one has filled)."""
     from docnmt.config import Config
@@ -201,7 +202,7 @@ def train_speed(data: Path, kind: str, max_tokens: int, updates: int, warmup: in
     out = {"kind": kind, "max_tokens": max_tokens, "updates": updates}
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer.from_dirs(cfg, data, f"{tmp}/m", progress_bar=False)
-        out["cudnn_attention"] = torch.backends.cuda.cudnn_sdp_enabled()
+        out["cudnn_attention"] = trainer.model.attention_settings.cudnn     # the model's own setting
         pad = trainer.vocab.pad
         batches = trainer.epoch_batches(1)
         rng = np.random.default_rng(seed)

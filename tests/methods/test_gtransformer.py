@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from _tiny import history, tiny_config
 from docnmt.attention import _blocked, attention_reference, group_mask
+from docnmt.decoder_state import DecoderCache
 from docnmt.errors import ConfigError
 from docnmt.methods import build_model
 from docnmt.methods.gtransformer import (
@@ -326,7 +327,7 @@ def test_incremental_decoding_equals_full_forward(length_aware, positions, monke
     grouped = count_calls(monkeypatch, "attention_grouped")
     with torch.no_grad():
         enc = model.encode(src)
-        cache: dict = {}
+        cache = DecoderCache()
         steps = torch.cat([model.decode(tgt[:, : t + 1], enc, cache) for t in range(tgt.size(1))], 1)
     assert grouped == []                                # one query per step: the reference form
     full = model.decode(tgt, enc)                       # gradients on: the block-by-block kernel

@@ -1,0 +1,178 @@
+"""The decoder's incremental state: :class:`DecoderCache`, which owns every attention layer's cached
+keys and values, which of them are static, the decoded length, and the beam operations.
+
+Attention layers, the model and the search use only its methods (fairseq's incremental-state
+helpers and Hugging Face's ``EncoderDecoderCache`` play the same part). Two kinds of entries:
+
+* **self-attention** entries (:meth:`DecoderCache.append`): a :class:`KVCache` per layer that grows
+  by the tokens of every step, one row per decoder row (hypothesis);
+* **static** entries (:meth:`DecoderCache.set_static`): keys and values computed once from the
+  encoder output (cross-attention, a context attention) and read at every later step; *per input*
+  when the beams of one input share one row (beams folded into the query axis), else one row per
+  decoder row.
+
+Misuse raises :class:`CacheError` instead of giving wrong beams: reading a static entry that was
+never written, writing one again with another shape, using one name for both kinds, a step whose
+rows differ from the cache's, a reorder index of the wrong size, a step that feeds no new token,
+or a step after which an entry does not hold the decoded length.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class CacheError(RuntimeError):
+    """A :class:`DecoderCache` used against its contract (a programming error, not a user's)."""
+
+
+class KVCache:
+    """The keys and values of one self-attention over the decoded prefix, (rows, heads, length,
+    d_head), kept in buffers with room to grow: a step writes its keys in place, and reordering
+    rows (beam search) copies the rows that changed in place, or, when most did, the filled part
+    into a second buffer that is then swapped in, so decoding steps neither concatenate nor
+    allocate."""
+
+    def __init__(self):
+        self.bufs: list[tuple[Tensor, Tensor] | None] = [None, None]
+        self.rows = self.n = 0
+
+    def _view(self, i: int = 0) -> tuple[Tensor, Tensor]:
+        k, v = self.bufs[i]
+        return k[: self.rows, :, : self.n], v[: self.rows, :, : self.n]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        m = k.size(2)
+        if self.bufs[0] is not None and k.size(0) != self.rows:
+            raise CacheError(f"a step of {k.size(0)} rows on a cache of {self.rows}: reorder the cache with the rows")
+        if self.bufs[0] is None or self.n + m > self.bufs[0][0].size(2):
+            old = self._view() if self.bufs[0] is not None else None
+            self.rows, (rows, h, _, d) = k.size(0), k.shape
+            shape = (rows, h, max(32, 2 * (self.n + m)), d)
+            self.bufs = [(k.new_empty(shape), v.new_empty(shape)), None]
+            if old is not None:
+                for dst, src in zip(self.bufs[0], old):
+                    dst[:, :, : self.n] = src
+        kb, vb = self.bufs[0]
+        kb[: self.rows, :, self.n: self.n + m] = k
+        vb[: self.rows, :, self.n: self.n + m] = v
+        self.n += m
+        return self._view()
+
+    def index_select(self, index: Tensor) -> "KVCache":
+        """Keep rows ``index`` (in place; returns self). When few rows change (beam search
+        often keeps a hypothesis where it was), only those are copied."""
+        kb = self.bufs[0][0]
+        if index.numel() == self.rows and index.device.type == "cpu":     # (no host sync on GPU)
+            changed = (index != torch.arange(self.rows, device=index.device)).nonzero().squeeze(1)
+            if 2 * changed.numel() <= self.rows:
+                for t in self._view():
+                    t[changed] = t[index[changed]]          # gathered first, then written
+                return self
+        spare = self.bufs[1]
+        if spare is None or spare[0].size(0) < index.numel():
+            spare = tuple(t.new_empty(index.numel(), *t.shape[1:]) for t in self.bufs[0])
+        for src, dst in zip(self._view(), spare):
+            torch.index_select(src, 0, index, out=dst[: index.numel(), :, : self.n])
+        self.bufs = [spare, self.bufs[0] if kb.size(0) >= index.numel() else None]
+        self.rows = index.numel()
+        return self
+
+
+class DecoderCache:
+    """The incremental state of one decoding run (see the module doc). ``length`` is the number of
+    decoder positions already fed; :meth:`start` and :meth:`advance` bracket every step."""
+
+    def __init__(self):
+        self._kv: dict[str, KVCache] = {}
+        self._static: dict[str, tuple[Tensor, Tensor]] = {}
+        self._per_input: set[str] = set()
+        self.length = 0
+
+    def __repr__(self) -> str:
+        return (f"DecoderCache(length={self.length}, self_attention={sorted(self._kv)}, "
+                f"static={sorted(self._static)}, per_input={sorted(self._per_input)})")
+
+    # ---- one step -------------------------------------------------------------------------------
+    def start(self, total: int) -> int:
+        """The first position a step with a prefix of ``total`` positions feeds (the cached
+        length); raises when that prefix holds no new position."""
+        if total <= self.length:
+            raise CacheError(f"a step must feed new positions: the cache holds {self.length}, the prefix {total}")
+        return self.length
+
+    def advance(self, total: int) -> None:
+        """End a step: the cache now holds ``total`` positions, and so must every self-attention entry."""
+        wrong = {name: kv.n for name, kv in self._kv.items() if kv.n != total}
+        if total <= self.length or wrong:
+            raise CacheError(f"the step ends at {total} positions after {self.length}, but entries hold {wrong}")
+        self.length = total
+
+    # ---- entries --------------------------------------------------------------------------------
+    def append(self, name: str, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add a step's keys and values to self-attention entry ``name``; all of them so far."""
+        if name in self._static:
+            raise CacheError(f"{name!r} is a static entry, not a self-attention one")
+        return self._kv.setdefault(name, KVCache()).append(k, v)
+
+    def has_static(self, name: str) -> bool:
+        return name in self._static
+
+    def static(self, name: str) -> tuple[Tensor, Tensor]:
+        """The keys and values of static entry ``name``."""
+        if name not in self._static:
+            raise CacheError(f"no static entry {name!r} was written (entries: {sorted(self._static)})")
+        return self._static[name]
+
+    def set_static(self, name: str, k: Tensor, v: Tensor, per_input: bool = False) -> None:
+        """Write static entry ``name`` (keys computed once from the encoder output); ``per_input``:
+        one row per input, shared by its beams. Writing it again with another shape raises."""
+        if name in self._kv:
+            raise CacheError(f"{name!r} is a self-attention entry, not a static one")
+        old = self._static.get(name)
+        if old is not None and (old[0].shape != k.shape or (name in self._per_input) != per_input):
+            raise CacheError(f"static entry {name!r} written again as {tuple(k.shape)} "
+                             f"(per input: {per_input}) over {tuple(old[0].shape)}")
+        self._static[name] = (k, v)
+        if per_input:
+            self._per_input.add(name)
+
+    def rows(self) -> int | None:
+        """Decoder rows of the self-attention entries (None before the first step)."""
+        rows = {kv.rows for kv in self._kv.values()}
+        if len(rows) > 1:
+            raise CacheError(f"self-attention entries disagree on their rows: {rows}")
+        return rows.pop() if rows else None
+
+    # ---- beams ----------------------------------------------------------------------------------
+    def reorder(self, index: Tensor, static_index: Tensor | None = None, beams: int = 1) -> None:
+        """Keep decoder rows ``index`` (beam search's surviving hypotheses). Static entries follow
+        ``static_index`` when rows of whole inputs were dropped (without it the reorder stays
+        within each input, whose beams share their static keys); per-input entries follow the
+        inputs of ``static_index``'s beam groups of ``beams`` rows."""
+        rows = self.rows()
+        if index.dim() != 1 or (static_index is None and rows is not None and index.numel() != rows):
+            raise CacheError(f"a reorder within the inputs keeps the {rows} rows; index has {tuple(index.shape)} "
+                             "(pass static_index when inputs are dropped)")
+        if static_index is not None and static_index.shape != index.shape:
+            raise CacheError(f"static_index {tuple(static_index.shape)} and index {tuple(index.shape)} differ")
+        if index.numel() % beams:
+            raise CacheError(f"{index.numel()} rows are not whole groups of {beams} beams")
+        for kv in self._kv.values():
+            kv.index_select(index)
+        if static_index is None:
+            return
+        for name, (k, v) in self._static.items():
+            idx = static_index.view(-1, beams)[:, 0] // beams if name in self._per_input else static_index
+            self._static[name] = (k.index_select(0, idx), v.index_select(0, idx))
+
+    def expand(self, index: Tensor) -> None:
+        """A cache filled with one row per input becomes one with rows ``index`` (each input
+        repeated once per beam). Static entries are dropped: the next step computes them again
+        from the encoder output, in the layout its beams need."""
+        if index.dim() != 1:
+            raise CacheError(f"expand takes a 1-D row index, not {tuple(index.shape)}")
+        self._static.clear()
+        self._per_input.clear()
+        for kv in self._kv.values():
+            kv.index_select(index)
