@@ -15,7 +15,7 @@ from ..data import Corpus, Joiner, ModeConfig, build_instances
 from ..errors import ConfigError
 from ..model import AttentionPolicy, Transformer
 from ..vocab import Vocab
-from . import context_transformer, docflat, gtransformer, length_bias, ptransformer, word_dropout
+from . import context_transformer, docflat, docflat_map, gtransformer, length_bias, ptransformer, two_pass, word_dropout
 from .base import Extension, Hooks, Method, NoOptions, Setting, Walk
 
 TRANSFORMER = Method("transformer", lambda cfg, opts, vocab: Transformer(cfg, AttentionPolicy(cfg)))
@@ -31,7 +31,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
 # switches, in the order their hooks are asked (the first walk or start token that applies wins)
 EXTENSIONS: dict[str, Extension] = {e.name: e for e in (
     *length_bias.EXTENSIONS,
-    docflat.TWO_PASS,
+    two_pass.EXTENSION,
     word_dropout.EXTENSION,
 )}
 
@@ -208,7 +208,7 @@ def sentence_attention_map(translator, doc, start: int, batch: int, path) -> tup
     ``doc`` (sentences ``start`` (0-based) onwards, ``batch`` of them) per sentence pair, plotted to
     ``path``; returns the map and its 1-based sentence numbers. A model without such attention: a
     ConfigError."""
-    weights, sents = docflat.sentence_attention_map(translator, doc, start, batch)
-    docflat.plot_attention_map(weights, sents, path,
+    weights, sents = docflat_map.sentence_attention_map(translator, doc, start, batch)
+    docflat_map.plot_attention_map(weights, sents, path,
                                f"document {doc.docid}: encoder FBA, sentences {sents[0]}-{sents[-1]}")
     return weights, sents

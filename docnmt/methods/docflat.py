@@ -26,8 +26,9 @@ below (``df-…``) are anchors of that page, e.g. docs/methods/docflat.md#df-fla
   consecutive pseudo-documents (``data.batch_order: ordered``, docs/methods/docflat.md#batching-and-ordering).
   The paper's data-shuffling ablation (``shuffled_data: true`` with ``data.batch_order: sorted``)
   trains on shuffled, length-bucketed batches instead and still decodes consecutive batches.
-* Decoding (:meth:`docnmt.translate.Translator.translate`) is two-pass
-  (docs/methods/docflat.md#decoding-two-passes-batch-by-batch): each batch of
+* Decoding (:meth:`docnmt.translate.Translator.translate`) is two-pass, the ``two_pass`` switch
+  of every pseudo-document model (:mod:`.two_pass`,
+  docs/methods/docflat.md#decoding-two-passes-batch-by-batch): each batch of
   ``decode.max_sentences`` consecutive sentences is translated sentence by sentence, then
   every pseudo-document is decoded with its context's first-pass translation forced as the
   target prefix, the current sentences of a batch together. In beam search the decoder FBA of
@@ -39,23 +40,20 @@ below (``df-…``) are anchors of that page, e.g. docs/methods/docflat.md#df-fla
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..attention import AttnSpec, KVCache, MultiheadAttention, attention_reference, attention_weights
-from ..data import Corpus, InstanceSet, build_instances, sent_instances
+from ..attention import AttnSpec, MultiheadAttention, attention_reference
 from ..data.formats import Joiner, split_at_eos
-from ..document import Document
-from ..errors import ConfigError, DataError
+from ..decoder_state import DecoderCache
+from ..errors import ConfigError
 from ..model import AttentionPolicy, Layer, ModelConfig, State, Sublayer, Transformer, decoder_layer, encoder_layer
 from ..ops import Linear
-from ..readers import DOC_MARK, read_text
 from ..vocab import Vocab
-from .base import Extension, Method, Setting, Walk
+from .base import Method
 
 log = logging.getLogger("docnmt.docflat")
 
@@ -177,9 +175,9 @@ class FlatBatchSublayer(Sublayer):
         of the rows of the same beam rank (rows are input-major, ``state.beams`` per input)."""
         attn, K = self.attn, state.beams
         R, n_new, _ = x.shape
-        offset = state.cache.get("_len", 0)
+        offset = state.cache.length
         q, k, v = attn._split(attn.project(x, slice(0, 3))).chunk(3, dim=1)
-        k, v = state.cache.setdefault(attn.name, KVCache()).append(k, v)
+        k, v = state.cache.append(attn.name, k, v)
         B, h, t, d = R // K, q.size(1), k.size(2), q.size(3)
         by_rank = lambda z: z.view(B, K, h, -1, d).permute(1, 2, 0, 3, 4).reshape(K, h, -1, d)  # noqa: E731
         dev = x.device
@@ -293,10 +291,10 @@ class MeanBatchEmbedding(Transformer):
             return x
         return torch.cat([extra["mbe"][:, None].to(x.dtype), x[:, 1:]], 1)
 
-    def decode(self, tgt_in: Tensor, enc, cache: dict | None = None) -> Tensor:
+    def decode(self, tgt_in: Tensor, enc, cache: DecoderCache | None = None) -> Tensor:
         if not self.on_tgt:
             return super().decode(tgt_in, enc, cache)
-        first = cache is None or not cache.get("_len")
+        first = cache is None or cache.length == 0
         out = super().decode(self._prepend(tgt_in), enc, cache)
         return out[:, 1:] if first else out
 
@@ -333,65 +331,6 @@ def build(cfg: ModelConfig, opts: DocFlatOptions | None = None, sep_range: tuple
         if isinstance(mod, FlatBatchSublayer) and hasattr(mod, "gate"):
             torch.nn.init.constant_(mod.gate.bias, opts.flat_gate_bias)
     return model
-
-
-@torch.no_grad()
-def sentence_attention_map(translator, doc, start: int = 0, batch: int = 16) -> tuple[Tensor, list[int]]:
-    """The encoder FBA of one decoding batch -- the pseudo-documents of sentences
-    [start, start + batch) of ``doc`` -- aggregated to sentences: cell (i, j) is the mean of the
-    head-averaged attention weights from the tokens of sentence i to those of sentence j, over
-    every copy of them in the batch's pseudo-documents. Returns the map and the (1-based)
-    sentence numbers of its rows and columns."""
-    model, joiner = translator.model, translator.joiner
-    sub = model.encoder.layers[0].inserted["0"] if "0" in model.encoder.layers[0].inserted else None
-    if not isinstance(sub, FlatBatchSublayer):
-        raise ConfigError("the model has no encoder flat-batch attention "
-                          "(a DocFlat model with flat_sides both or encoder)")
-    corpus = Corpus.encode([doc], translator.vocab, max_sentence_tokens=model.cfg.max_positions - 2)
-    rows = build_instances(corpus, translator.cfg.data, training=False)[start: start + batch]
-    if not len(rows):
-        raise ConfigError(f"the document has {corpus.n_sents} sentences; nothing starts at sentence {start + 1}")
-    iset = InstanceSet(corpus, rows, joiner)
-    src = iset.collate(list(range(len(rows))))["src"].to(translator.device)
-    sent_of = torch.zeros(src.shape, dtype=torch.long)             # the sentence each source token belongs to
-    for k, (a, b, _) in enumerate(rows.tolist()):
-        sents = [corpus.src[i] for i in range(a, b)]
-        ends = [len(joiner.source(sents[: j + 1], int(iset.first[k]))) for j in range(len(sents))]
-        sent_of[k] = b - 1                                         # the end token, and pads (dropped)
-        for j in reversed(range(len(sents))):
-            sent_of[k, : ends[j]] = a + j
-    x = model.embed_source(src, {})                               # (eval mode: no dropout)
-    if sub.pre_norm:                                               # a pre-LN sublayer attends over LN(x)
-        x = sub.norm(x)
-    pad = src.eq(model.cfg.pad_id)
-    flat, idx = flatten_batch(x, pad)
-    q, k, _ = sub.attn._split(sub.attn.project(flat, slice(0, 3))).chunk(3, dim=1)
-    spec = sub.flat_spec(x, idx, State(model.policy.encoder_specs(src, pad)))
-    w = attention_weights(q, k, spec)[0].mean(0).cpu()               # (T, T)
-    owner = sent_of.reshape(-1)[idx.cpu()]
-    first, last = int(rows[:, 0].min()), int(rows[:, 1].max())
-    onehot = torch.nn.functional.one_hot(owner - first, last - first).float()     # (T, S)
-    sums = onehot.t() @ w @ onehot
-    counts = onehot.sum(0)
-    return sums / (counts[:, None] * counts[None, :]).clamp_min(1), list(range(first + 1, last + 1))
-
-
-def plot_attention_map(weights: Tensor, sentences: list[int], path, title: str = "") -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 5))
-    im = ax.imshow(weights.numpy(), cmap="viridis")
-    ticks = range(0, len(sentences), max(1, len(sentences) // 16))
-    ax.set_xticks(list(ticks), [sentences[i] for i in ticks])
-    ax.set_yticks(list(ticks), [sentences[i] for i in ticks])
-    ax.set_xlabel("key sentence")
-    ax.set_ylabel("query sentence")
-    ax.set_title(title or "encoder flat-batch attention, mean weight per sentence pair")
-    fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 class GlobalIndexJoiner(Joiner):
@@ -448,85 +387,6 @@ class GlobalIndexJoiner(Joiner):
 
     def split(self, ids: list[int], n: int) -> tuple[list[list[int]], bool]:
         return split_at_eos(ids, n, self.vocab.eos, {self.vocab.bos, self.vocab.pad, *self.sep_ids})
-
-
-# --------------------------------------------------------------------------------------------
-# Two-pass decoding
-# --------------------------------------------------------------------------------------------
-
-class TwoPass(Walk):
-    """Two-pass decoding of pseudo-documents: pass 1 translates every sentence alone (no
-    context in the pseudo-document, the batch still as the flat-batch context), by this model,
-    by the sentence model whose directory ``decode.first_pass`` names, or read from the file it
-    names; pass 2 decodes every pseudo-document with its context's first-pass translation forced
-    as the target prefix, generating only the current sentence. Both passes decode batches of
-    consecutive sentences, also for a model trained on shuffled batches (``shuffled_data``).
-    ``used`` says what translated pass 1, for the coverage report."""
-
-    used: dict | None = None
-
-    def rounds(self, translator, corpus, search):
-        rows = build_instances(corpus, translator.cfg.data, training=False)
-        if search.first_pass:
-            return [(rows, rows[:, 1] - 1)]
-        if not getattr(translator, "warned_first_pass", False):    # once per translator (a service: per model)
-            log.warning("two-pass decoding: pass 1 is translated by this document model itself (one-sentence "
-                        "pseudo-documents); the paper uses a sentence model: --first-pass SENTENCE_MODEL_DIR "
-                        "(docs/methods/docflat.md#decoding-two-passes-batch-by-batch)")
-            translator.warned_first_pass = True
-        return [(sent_instances(corpus), np.arange(corpus.n_sents)), (rows, rows[:, 1] - 1)]
-
-    def run(self, translator, docs, corpus, rounds, search, decode) -> None:
-        cfg = translator.cfg
-        if cfg.data.batch_order == "sorted":        # trained on shuffled batches: decode consecutive ones
-            translator.cfg = cfg.override({"data.batch_order": "ordered"})
-        try:
-            first = self.first_pass(translator, docs, corpus, search, decode)
-            rows, new_from = rounds[-1]
-            decode(rows, new_from, forced_from=first)
-        finally:
-            translator.cfg = cfg
-
-    def first_pass(self, translator, docs, corpus, search, decode) -> list[list[list[int]]]:
-        """Pass 1: one list of token ids per sentence (other output is re-encoded with this
-        vocabulary; a file holds one translation per input sentence, in order, ``<d>`` lines
-        skipped: what ``docnmt translate`` writes). Sets ``used``."""
-        path = search.first_pass
-        self.used = {"by": "model" if not path else "sentence_model" if Path(path).is_dir() else "file",
-                     "path": str(path) if path else None}
-        if not path:
-            outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
-            rows = sent_instances(corpus)
-            decode(rows, rows[:, 2].copy(), outputs=outputs)
-            return outputs
-        if Path(path).is_dir():
-            other = type(translator).load(path, device=str(translator.device))
-            own = other.cfg.decode               # the user's search settings, the sentence model's batching
-            out, _ = other.translate([Document(d.docid, d.src) for d in docs],
-                                     replace(search, max_sentences=own.max_sentences, max_tokens=own.max_tokens))
-            texts = [t for d in out for t in d.tgt]
-        else:
-            texts = [t for t in read_text(path).lines if t.strip() != DOC_MARK]
-            if len(texts) != corpus.n_sents:
-                raise DataError(f"the first-pass translations have {len(texts)} lines, the input "
-                                f"{corpus.n_sents} sentences", path)
-        return [[ids] for ids in translator.vocab.encode_batch(texts, "tgt")]
-
-
-def uses_two_pass(cfg, search) -> bool:
-    """Pseudo-documents are decoded in two passes (whatever the model)."""
-    return cfg.data.mode == "pseudodoc"
-
-
-def _two_pass_walk(cfg, search) -> Walk | None:
-    return TwoPass() if uses_two_pass(cfg, search) else None
-
-
-# the switch of every pseudo-document model, DocFlat's or not (registered in docnmt/methods/__init__.py)
-TWO_PASS = Extension(name="two_pass", walk=_two_pass_walk, settings=(
-    Setting("decode.first_pass", "", "DocFlat: pass 1 of two-pass decoding, a sentence model's directory or a file "
-            "of its translations (one line per input sentence; default: the model itself)", "--first-pass"),
-))
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,12 +10,13 @@ import torch
 from _tiny import history, tiny_config
 from docnmt import translate as translate_module
 from docnmt.data import Corpus, InstanceSet, ModeConfig, build_instances, token_batches
+from docnmt.decoder_state import DecoderCache
 from docnmt.errors import ConfigError, DataError
-from docnmt.methods import docflat
+from docnmt.methods import docflat, docflat_map, two_pass
 from docnmt.methods.docflat import GlobalIndexJoiner
 from docnmt.model import ModelConfig, State
 from docnmt.search import beam_search
-from docnmt.train import Trainer
+from docnmt.training import Trainer
 from docnmt.translate import Translator
 from docnmt.vocab import Vocab
 
@@ -244,7 +245,7 @@ def test_incremental_time_aligned_decoding_equals_full_forward_per_rank(beams, s
     with torch.no_grad():
         enc = model.encode(src)
         shared = enc.expand_beams(beams)
-        cache: dict = {}
+        cache = DecoderCache()
         steps = torch.cat([model.decode(tgt[:, : t + 1], shared, cache) for t in range(T)], 1)
         for r in range(beams):
             rows = torch.arange(B) * beams + r
@@ -264,9 +265,9 @@ def test_a_multi_token_first_step_equals_step_by_step(mask, beams):
     tgt = torch.randint(4, 60, (B * beams, T))
     with torch.no_grad():
         enc = model.encode(src).expand_beams(beams)
-        c1: dict = {}
+        c1 = DecoderCache()
         steps = torch.cat([model.decode(tgt[:, : t + 1], enc, c1) for t in range(T)], 1)
-        c2: dict = {}
+        c2 = DecoderCache()
         first = model.decode(tgt[:, :m], enc, c2)
         rest = torch.cat([first] + [model.decode(tgt[:, : t + 1], enc, c2) for t in range(m, T)], 1)
     torch.testing.assert_close(rest, steps, rtol=1e-4, atol=1e-5)
@@ -281,8 +282,8 @@ def test_incremental_flattened_decoding_is_causal_over_instances():
     other[2] = torch.randint(4, 60, (5,))                 # only the last instance differs
     with torch.no_grad():
         enc = model.encode(src)
-        a = [model.decode(tgt[:, : t + 1], enc, ca) for ca in [{}] for t in range(5)]
-        b = [model.decode(other[:, : t + 1], enc, cb) for cb in [{}] for t in range(5)]
+        a = [model.decode(tgt[:, : t + 1], enc, ca) for ca in [DecoderCache()] for t in range(5)]
+        b = [model.decode(other[:, : t + 1], enc, cb) for cb in [DecoderCache()] for t in range(5)]
     for x, y in zip(a, b):
         torch.testing.assert_close(x[:2], y[:2])
         assert x[0].shape == (1, 32)
@@ -462,7 +463,7 @@ def test_fine_tune_from_a_sentence_model_and_translate_in_two_passes(tiny_dir, t
     cfg = tiny_config("pseudodoc", max_update=20).override(
         {"method.name": "docflat", "data.separator": "global_index", "data.batch_order": "ordered",
          "data.context": 2, "train.word_dropout": 0.1, "decode.max_sentences": 4, "decode.beam": 2})
-    trainer = Trainer(cfg, data, tmp_path / "df", init_from=sent_dir, progress_bar=False)
+    trainer = Trainer.from_dirs(cfg, data, tmp_path / "df", init_from=sent_dir, progress_bar=False)
     fresh = {n for n, _ in trainer.model.named_parameters()} - set(trainer.pretrained)
     assert fresh and all(".inserted.0." in n for n in fresh)        # FBA + gate + LN are the new parts
     trainer.train()
@@ -493,7 +494,9 @@ def test_fine_tune_from_a_sentence_model_and_translate_in_two_passes(tiny_dir, t
     out2, report2 = tr.translate(docs, search)
     assert [len(d.tgt) for d in out2] == [5, 1] and report2.instances == 6
     # pass 1 read from a file of the sentence model's translations: the same two-pass output
-    first, _ = Translator.load(sent_dir, device="cpu").translate(docs)
+    sent = Translator.load(sent_dir, device="cpu")      # with the search settings pass 1 used above
+    first, _ = sent.translate(docs, replace(search, max_sentences=sent.cfg.decode.max_sentences,
+                                            max_tokens=sent.cfg.decode.max_tokens))
     (tmp_path / "first.de").write_text("".join("<d>\n" + "".join(t + "\n" for t in d.tgt) for d in first),
                                        encoding="utf-8")
     out3, _ = tr.translate(docs, replace(search, first_pass=str(tmp_path / "first.de")))
@@ -513,7 +516,7 @@ def test_bf16_autocast_training_moves_the_gate(tiny_dir, tmp_path, gate):
     cfg = tiny_config("pseudodoc", max_update=4, precision="bf16", log_interval=1).override(
         {"method.name": "docflat", "method.flat_gate": gate, "data.separator": "global_index",
          "data.batch_order": "ordered", "data.context": 2})
-    trainer = Trainer(cfg, data, tmp_path / "df", progress_bar=False)
+    trainer = Trainer.from_dirs(cfg, data, tmp_path / "df", progress_bar=False)
     assert trainer.amp_dtype == torch.bfloat16
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if ".gate." in n}
     assert len(before) == 4                                     # weight and bias, encoder and decoder FBA
@@ -534,7 +537,7 @@ def test_docflat_needs_pseudodocs_in_ordered_batches():
     check(cfg.override({"data.batch_order": "strict"}))
     with pytest.raises(ConfigError, match=r"^a DocFlat model needs pseudo-documents \(data.mode: pseudodoc\)$"):
         check(cfg.override({"data.mode": "doc2doc", "data.batch_order": "ordered"}))
-    assert docflat.uses_two_pass(cfg, cfg.decode) and not docflat.uses_two_pass(Config.load("doc2doc_small"), None)
+    assert two_pass.uses_two_pass(cfg, cfg.decode) and not two_pass.uses_two_pass(Config.load("doc2doc_small"), None)
 
 
 def test_global_index_format_edges(tiny_vocab):
@@ -574,7 +577,7 @@ def test_scoring_keeps_the_instances_of_a_batch_apart(tiny_dir, tiny_model, kind
     from docnmt.readers import read_documents
     from docnmt.scoring import attention_entropy, document_logprobs
     tr = Translator.load(tiny_model(kind), device="cpu")
-    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")[:2]
+    docs = read_documents(str(tiny_dir / "raw/chat.en"), str(tiny_dir / "raw/chat.de"), fmt="marker")[:2]
     for d in docs:
         d.src, d.tgt = d.src[:8], d.tgt[:8]
     with warnings.catch_warnings():
@@ -595,11 +598,11 @@ def test_scoring_keeps_the_instances_of_a_batch_apart(tiny_dir, tiny_model, kind
 def test_fba_map_cli(tiny_dir, tiny_model, tmp_path, run_cli):
     """The sentence-level map of the encoder FBA: every query sentence's weights, times the key
     sentences' token counts, sum to 1; the PNG is written and never overwritten."""
-    model, raw = tiny_model("docflat"), tiny_dir / "raw/ted.en"           # pseudodoc, context 2, global_index
+    model, raw = tiny_model("docflat"), tiny_dir / "raw/chat.en"           # pseudodoc, context 2, global_index
     tr = Translator.load(model, device="cpu")
     from docnmt.readers import read_documents
     doc = read_documents(str(raw), fmt="marker")[1]
-    weights, sents = docflat.sentence_attention_map(tr, doc, start=4, batch=6)
+    weights, sents = docflat_map.sentence_attention_map(tr, doc, start=4, batch=6)
     assert sents == list(range(3, 11)) and weights.shape == (8, 8)    # sentences 5-10 and their context 3-4
     corpus = Corpus.encode([doc], tr.vocab)
     # the pseudo-documents holding sentence i
@@ -608,7 +611,7 @@ def test_fba_map_cli(tiny_dir, tiny_model, tmp_path, run_cli):
     torch.testing.assert_close(weights @ (copies * tokens), torch.ones(8), rtol=1e-4, atol=1e-4)
     assert weights[7, 1] > 0                  # sentence 10 sees sentence 4, context of the pseudo-docs of 5 and 6
     tr.model.policy.scope = "current"         # now only their current sentences are visible to the others
-    current, _ = docflat.sentence_attention_map(tr, doc, start=4, batch=6)
+    current, _ = docflat_map.sentence_attention_map(tr, doc, start=4, batch=6)
     assert current[7, 1] == 0 and current[7, 6] > 0
     torch.testing.assert_close(current @ (copies * tokens), torch.ones(8), rtol=1e-4, atol=1e-4)
     out = tmp_path / "map.png"
@@ -676,7 +679,7 @@ def test_mbe_baseline_prepends_the_batch_mean_embedding(sides):
         enc = model.encode(src)
         shared = enc.expand_beams(beams)
         rows = tgt.repeat_interleave(beams, 0)
-        cache: dict = {}
+        cache = DecoderCache()
         steps = torch.cat([model.decode(rows[:, : t + 1], shared, cache) for t in range(5)], 1)
         torch.testing.assert_close(steps, model.decode(rows, shared), rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(steps[::beams], model.decode(tgt, enc), rtol=1e-4, atol=1e-5)
