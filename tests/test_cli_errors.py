@@ -1,5 +1,5 @@
 """The ``docnmt`` command on bad input: exit status 2 and one line naming the file (and line),
-never a traceback (the contract stated in ``docnmt/cli.py``).
+never a traceback (the contract stated in ``docnmt/cli/__init__.py``).
 
 Most cases run ``docnmt.cli.main`` in-process through the ``cli_error`` fixture of conftest.py;
 one runs the installed console script in a subprocess.

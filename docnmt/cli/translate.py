@@ -1,0 +1,136 @@
+"""``docnmt translate`` (documents in, translations out; the flags of ``DECODE_FLAGS``) and
+``docnmt score`` (the log-probability of given references)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import DocnmtError
+from .files import model_files, refuse_inputs, refuse_overwrite, refuse_unwritable
+from .flags import DECODE_ALIASES, FORMAT_HELP, add_flags, add_verb, collect_overrides, decode_flags, flag_labels
+
+
+def add_translate(sub) -> None:
+    p = add_verb(sub, "translate", "translate documents",
+                 epilog="Decoding defaults are the model's own (the decode section of MODEL/config.yaml); the "
+                        "defaults shown are the base configuration's.")
+    groups = {title: p.add_argument_group(title) for title in ("input and output", "search", "batching",
+                                                                "methods", "model")}
+    p.add_argument("model", help="model directory")
+    g = groups["input and output"]
+    g.add_argument("--input", "--src", "-i", nargs="*", metavar="FILE", help="source file(s) (default: stdin)")
+    g.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP)
+    g.add_argument("--output", "-o", help="output file (default: stdout); never overwritten without --force")
+    g.add_argument("--output-format", default="marker", choices=["marker", "jsonl"],
+                   help="marker: one line per source sentence with <d> lines between documents; jsonl: one "
+                        "object per document (sentences, n-best lists, scores)")
+    g.add_argument("--force", action="store_true", help="overwrite --output and --report if they exist")
+    g.add_argument("--report", metavar="FILE",
+                   help="also write the coverage report (documents fully recovered, empty and merged sentences) "
+                        "here as JSON; never overwritten without --force")
+    g.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report on stderr")
+    g.add_argument("--print-scores", action="store_true",
+                   help="add each sentence's and document's log-probability per token under the model "
+                        "(plain output: 'score<TAB>translation' and '<d><TAB>score' lines, the latter only where the "
+                        "input has <d> lines; JSONL: meta)")
+    groups["search"].add_argument("--greedy", action="store_true", help="greedy search (beam 1)")
+    g = groups["model"]
+    g.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
+    g.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when there is a GPU)")
+    flags = decode_flags()
+    add_flags(p, flags, groups)
+    for alias, flag in DECODE_ALIASES.items():
+        p.add_argument(alias, dest=flag[2:].replace("-", "_"), type=flags[flag][1], help=argparse.SUPPRESS)
+
+
+def cmd_translate(args) -> int:
+    from ..limits import check_translation
+    from ..readers import read_inputs
+    from ..translate import Translator
+    from ..translate_io import translate_stream, write_report, write_translations
+    inputs = args.input or ["-"]
+    if args.report and args.output and Path(args.report).resolve() == Path(args.output).resolve():
+        raise DocnmtError("--report and --output name the same file")
+    refuse_inputs([args.output, args.report], [*inputs, *model_files(args.model, args.checkpoint)])
+    refuse_overwrite([args.output, args.report], args.force)
+    refuse_unwritable([args.output, args.report])
+    translator = Translator.load(args.model, args.checkpoint, args.device)
+    translator.cfg = cfg = decoding_config(args, translator.cfg)
+    if args.print_scores and cfg.decode.nbest > 1 and args.output_format == "marker":
+        raise DocnmtError("--print-scores and --nbest: n-best lines already end in each hypothesis's score; "
+                          "give one of them, or --output-format jsonl for both")
+    streamable = args.format in ("auto", "marker", "blankline", "plain")
+    report = None
+    if inputs == ["-"] and args.output_format == "marker" and cfg.decode.nbest == 1 and streamable:
+        report = translate_stream(translator, cfg, args.output, args.print_scores)
+    if report is None:           # not streamed, or the input turned out to be JSON or XML
+        docs = read_inputs(inputs, args.format)
+        check_translation(translator, docs, cfg.decode, inputs, args.format)   # sizes, before any decoding
+        out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs))
+        write_translations(translator, out, args.output or sys.stdout, args.output_format, cfg.decode.nbest,
+                           args.print_scores)
+    if not args.quiet:
+        print(report.summary(), file=sys.stderr)
+    if args.report:
+        write_report(report, args.report)
+    return 0
+
+
+def decoding_config(args, cfg):
+    """The model's configuration with the decoding flags given (and --greedy) on top."""
+    flags = decode_flags()
+    overrides = collect_overrides(args, flags)
+    if args.greedy:
+        overrides["decode.beam"] = 1
+    return cfg.override(overrides, flag_labels(args, flags)) if overrides else cfg
+
+
+def add_score(sub) -> None:
+    p = add_verb(sub, "score", "reference scores: the log-probability of every reference sentence and "
+                               "document in the model's own input format")
+    p.add_argument("model", help="model directory")
+    p.add_argument("--src", "--input", "-i", dest="src", required=True, help="source documents (any input format)")
+    p.add_argument("--ref", required=True, help="reference translations, in the same document structure")
+    p.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP)
+    p.add_argument("--output", "-o", help="output file (stdout when omitted); never overwritten without --force")
+    p.add_argument("--output-format", default="tsv", choices=["tsv", "jsonl"],
+                   help="tsv: one line per sentence (document id, sentence number, log-probability, tokens, "
+                        "NLL per token) and one per document (sentence '*'); jsonl: one object per document")
+    p.add_argument("--cxmi", action="store_true",
+                   help="also how much the context raises each sentence's log-probability: its word pieces "
+                        "scored in context and alone (a one-sentence document); CXMI in bits per word piece "
+                        "(tsv: columns word_pieces, logprob_words, logprob_words_alone, cxmi_bits; jsonl: the "
+                        "same fields; the summary gives the total)")
+    p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
+    p.add_argument("--device", help="cpu | cuda")
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary on stderr")
+
+
+def cmd_score(args) -> int:
+    from ..evaluation import document_counts
+    from ..readers import read_inputs, read_sentences
+    from ..translate import Translator
+    from ..translate_io import format_scores, reference_scores, score_summary
+    refuse_inputs([args.output], [args.src, args.ref, *model_files(args.model, args.checkpoint)])
+    refuse_overwrite([args.output], args.force)
+    refuse_unwritable([args.output])
+    src, ref = read_inputs([args.src], args.format), read_sentences(args.ref)
+    if len(src) != len(ref):
+        raise DocnmtError(document_counts(args.src, len(src), args.ref, len(ref)))
+    for d, (a, b) in enumerate(zip(src, ref)):
+        if len(a.src) != len(b):
+            raise DocnmtError(f"document {d + 1} ({a.docid}): {len(a.src)} source sentences in {args.src}, "
+                              f"{len(b)} in {args.ref}")
+        a.tgt = b
+    translator = Translator.load(args.model, args.checkpoint, args.device)
+    scores, words = reference_scores(translator, src, cxmi=args.cxmi, progress=not args.quiet, origin=args.ref)
+    text = format_scores(src, scores, words, args.output_format)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if not args.quiet:
+        print(score_summary(scores, words), file=sys.stderr)
+    return 0
