@@ -35,7 +35,8 @@ def memory_bytes(device: torch.device) -> int:
 
 
 def check_translation(translator, docs, search, paths: list, fmt: str = "auto", log=None) -> None:
-    """Before decoding ``docs`` (read from ``paths``): every sentence fits the model (else a
+    """Before decoding ``docs`` (read from ``paths``) with ``search`` (a full
+    :class:`~docnmt.config.DecodeConfig`, extension settings included): every sentence fits the model (else a
     DataError naming its file and line), the search's score tensors fit the device, and a
     document decoded whole (``--max-instance-tokens 0``) is refused when its attention cannot
     fit, or warned about with its size when it is longer than the model's positions."""
@@ -54,7 +55,7 @@ def check_translation(translator, docs, search, paths: list, fmt: str = "auto", 
                             f"in this model ({cfg.model.max_positions} positions)", path, line)
     if search.beam > len(vocab):
         raise ConfigError(f"--beam {search.beam} is more than this model's {len(vocab)} symbols")
-    batch = translator.decode_config(search).max_sentences
+    batch = search.max_sentences
     rows = min(batch, max(len(docs), 1)) * search.beam
     scores = 2 * 4 * rows * len(vocab)
     if have and scores > have:
@@ -62,7 +63,6 @@ def check_translation(translator, docs, search, paths: list, fmt: str = "auto", 
                           f"{scores / GIB:.1f} GiB for the scores of {rows:,} hypotheses over {len(vocab):,} symbols, "
                           f"more than the {have / GIB:.1f} GiB of this {translator.device.type}; lower --batch-size "
                           "or --beam")
-    search = translator.decode_config(search)
     walk = methods.decode_walk(cfg, search)
     whole = cfg.data.is_document_level and cfg.data.max_instance_tokens <= 0 and not walk.cuts_documents
     if not whole or not docs:
