@@ -6,8 +6,11 @@ split's rule on source lengths), translates them and splits each output back int
 the recovery rules of docs/methods/baselines.md. Every source sentence gets exactly one output
 line; sentences whose translation came back empty or merged are counted in the coverage report.
 How the documents are walked (one round of instances, sliding windows, two passes) is the
-decoding walk :func:`docnmt.methods.decode_walk` picks; a method's start token and search
-constraints are its hooks.
+decoding walk :func:`docnmt.methods.decode_walk` picks; start tokens and search constraints are
+the extensions' hooks (:mod:`docnmt.methods`). Decoding settings are a full
+:class:`~docnmt.config.DecodeConfig` (core and extension settings); a bare
+:class:`~docnmt.search.SearchConfig` given to :meth:`Translator.translate` is completed from the
+model's own ``decode:`` section.
 """
 from __future__ import annotations
 
@@ -19,9 +22,9 @@ import torch
 from tqdm.auto import tqdm
 
 from . import methods
-from .attention import use_cudnn_attention, use_flex_attention
+from .attention import AttentionSettings
 from .checkpoint import WEIGHTS, load_weights
-from .config import DECODE_PRECISIONS, Config
+from .config import DECODE_PRECISIONS, Config, DecodeConfig, section_class
 from .data import Corpus, InstanceSet, model_inputs
 from .document import Document
 from .errors import DataError, DocnmtError
@@ -39,7 +42,8 @@ class CoverageReport:
     malformed_instances: int = 0      # separator structure not as expected (repaired by the recovery rules)
     empty_sentences: int = 0          # source sentences whose translation came back empty
     documents_with_problems: list = field(default_factory=list)
-    first_pass: dict | None = None    # two-pass decoding (DocFlat): what translated pass 1, {"by", "path"}
+    walk: dict = field(default_factory=dict)     # what the decoding walk reports (two-pass decoding: first_pass)
+    walk_summary: str = ""                        # ... and says of itself in the summary line
 
     @property
     def documents_fully_recovered(self) -> int:
@@ -50,22 +54,19 @@ class CoverageReport:
                 f"{self.empty_sentences}/{self.sentences} sentences empty, "
                 f"{self.malformed_instances}/{self.instances} instances with merged or missing sentences "
                 "(repaired by the recovery rules)")
-        if self.first_pass is not None:
-            by, path = self.first_pass["by"], self.first_pass["path"]
-            text += "; pass 1: " + ("this model itself" if by == "model" else f"{by.replace('_', ' ')} {path}")
-        return text
+        return text + (f"; {self.walk_summary}" if self.walk_summary else "")
 
     def as_dict(self) -> dict:
         """The report as ``docnmt translate --report`` writes it (JSON), with the paper's
-        Table VII figure, documents fully recovered out of all, spelled out; after two-pass
-        decoding (DocFlat) also ``first_pass``: what translated pass 1 (``by``: model, i.e. this
-        model itself, sentence_model or file; ``path``)."""
+        Table VII figure, documents fully recovered out of all, spelled out; then what the decoding
+        walk reports (after two-pass decoding ``first_pass``: what translated pass 1, ``by``: model,
+        i.e. this model itself, sentence_model or file; ``path``)."""
         return {"documents": self.documents,
                 "documents_fully_recovered": self.documents_fully_recovered,
                 "sentences": self.sentences, "empty_sentences": self.empty_sentences,
                 "instances": self.instances, "malformed_instances": self.malformed_instances,
                 "documents_with_problems": list(self.documents_with_problems),
-                **({} if self.first_pass is None else {"first_pass": dict(self.first_pass)})}
+                **{k: dict(v) if isinstance(v, dict) else v for k, v in self.walk.items()}}
 
 
 class Translator:
@@ -74,8 +75,7 @@ class Translator:
     def __init__(self, model: Transformer, vocab: Vocab, cfg: Config, device: str | torch.device = "cpu"):
         self.model, self.vocab, self.cfg = model.eval().to(device), vocab, cfg
         self.device = torch.device(device)
-        use_cudnn_attention(cfg.train.cudnn_attention)   # decoding batches change shape too
-        use_flex_attention(cfg.train.flex_attention)
+        self.model.attention_settings = AttentionSettings.of(cfg.train)   # this model's own, not the process's
         self.joiner = methods.data_joiner(vocab, cfg.data)
         self.method = methods.get(cfg.method_name)
 
@@ -103,16 +103,21 @@ class Translator:
                     *(v.id(s) for s in ("<mask>", "<eod>") if s in v.symbol_ids)}
         return sorted(specials - self.joiner.output_specials(sentence_targets) - {self.joiner.end})
 
-    def start_token(self, search, first: int = 1) -> int:
-        """The token decoding starts from: the method's, or the format's (for an instance whose
+    def start_token(self, search: DecodeConfig, first: int = 1) -> int:
+        """The token decoding starts from: an extension's, or the format's (for an instance whose
         first target sentence is sentence ``first`` of its document)."""
-        hook = self.method.start_token
-        token = hook(self, search, first) if hook is not None else None
+        token = methods.start_token(self, search, first)
         return self.joiner.start_for(first) if token is None else token
 
-    def constraints(self, src: torch.Tensor) -> dict:
-        """The method's extra search arguments for a batch (G-Transformer's sentence frame)."""
-        return self.method.search_args(self, src) if self.method.search_args is not None else {}
+    def decode_config(self, search: SearchConfig | None = None) -> DecodeConfig:
+        """``search`` as a full decoding config: the model's ``decode:`` section when None; a bare
+        :class:`SearchConfig` (or a core-only DecodeConfig) completed from that section."""
+        full = section_class("decode")
+        if search is None:
+            return self.cfg.decode
+        if isinstance(search, full):
+            return search
+        return full(**{**vars(self.cfg.decode), **vars(search)})
 
     def translate(self, docs: list[Document] | list[list[str]], search: SearchConfig | None = None,
                   progress: bool = False, origin: str = "input") -> tuple[list[Document], CoverageReport]:
@@ -121,13 +126,12 @@ class Translator:
         and a coverage report."""
         docs = [d if isinstance(d, Document) else Document(str(i), list(d)) for i, d in enumerate(docs)]
         docs = [Document(d.docid, d.src, None, dict(d.meta)) for d in docs]
-        search = search or self.cfg.decode
+        search = self.decode_config(search)
         max_pos = self.cfg.model.max_positions
         corpus = Corpus.encode(docs, self.vocab, max_sentence_tokens=max_pos - 2, origin=origin)
         walk = methods.decode_walk(self.cfg, search)
         rounds = walk.rounds(self, corpus, search)
-        if not getattr(search, "sliding", False) and (self.cfg.data.max_instance_tokens > 0
-                                                      or not self.cfg.data.is_document_level):
+        if not walk.cuts_documents and (self.cfg.data.max_instance_tokens > 0 or not self.cfg.data.is_document_level):
             check_lengths(InstanceSet(corpus, rounds[0][0], self.joiner), max_pos, origin)
         outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
         report = CoverageReport(documents=len(docs), sentences=corpus.n_sents,
@@ -138,7 +142,7 @@ class Translator:
         def decode(rows, new_from, forced_from=None, outputs=outputs):
             self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from)
         walk.run(self, docs, corpus, rounds, search, decode)
-        report.first_pass = getattr(walk, "used", None)      # two-pass decoding: what translated pass 1
+        report.walk, report.walk_summary = dict(walk.report), walk.summary()
         bar.close()
         return self._assemble(docs, corpus, outputs, report, bad_docs), report
 
@@ -149,10 +153,9 @@ class Translator:
         forced_from = outputs if forced_from is None else forced_from
         iset = InstanceSet(corpus, rows, self.joiner)
         sentence_targets = not self.cfg.data.is_document_level
-        batches = iset.batches(getattr(search, "max_tokens", self.cfg.decode.max_tokens), with_target=False,
-                               shuffle=False, order=self.cfg.data.batch_order,
-                               max_sentences=getattr(search, "max_sentences", self.cfg.decode.max_sentences))
-        amp = autocast_dtype(getattr(search, "precision", "auto"), self.device)
+        batches = iset.batches(search.max_tokens, with_target=False, shuffle=False, order=self.cfg.data.batch_order,
+                               max_sentences=search.max_sentences)
+        amp = autocast_dtype(search.precision, self.device)
         for idx in batches:
             batch = iset.collate(idx)
             src = batch["src"].to(self.device)
@@ -160,10 +163,7 @@ class Translator:
             prefix = [self.joiner.prefix([forced_from[i][0] for i in range(int(rows[k, 2]), int(new_from[k]))],
                                          int(iset.tfirst[k])) for k in idx]
             start = torch.tensor([self.start_token(search, int(iset.tfirst[k])) for k in idx], device=self.device)
-            extra = self.constraints(src)
-            if getattr(search, "sentence_count", False) or getattr(search, "sliding", False):
-                count = methods.count_constraint(self, rows[idx])
-                extra = extra if count is None else with_processor(extra, count)
+            extra = methods.search_args(self, search, rows[idx], src)
             if search.no_repeat_ngram_size:
                 extra = with_processor(extra, NoRepeatNgram(search.no_repeat_ngram_size, self.vocab.word_ids))
             # the sentences each instance translates: the output limit allows max_len_b for each

@@ -49,6 +49,33 @@ def test_the_core_never_names_a_method():
         assert not strings & names, f"{name} branches on a method name: {sorted(strings & names)}"
 
 
+def extension_names(path: Path) -> set[str]:
+    """The switches' names and their settings' names a file uses as a string or an attribute
+    (``"sliding"``, ``search.first_pass``): a core file that does is a switch in disguise."""
+    names = set(methods.EXTENSIONS) | {s.name for s in methods.settings()}
+    found = set()
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names:
+            found.add(n.value)
+        elif isinstance(n, ast.Attribute) and n.attr in names:
+            found.add(n.attr)
+    return found
+
+
+def test_the_core_never_names_a_switch_or_its_settings():
+    """Switches (and the methods' own decoding settings) are read only by their own modules: the
+    core asks the registry's hooks instead."""
+    for name in CORE:
+        found = extension_names(PACKAGE / name)
+        assert not found, f"{name} names switches or their settings: {sorted(found)}"
+
+
+def test_the_switch_check_sees_a_violation(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f(search):\n    return search.sliding or getattr(search, 'first_pass', '')\n")
+    assert extension_names(probe) == {"sliding", "first_pass"}
+
+
 def test_the_import_check_sees_a_violation(tmp_path):
     """The checks above can fail: a file importing a method module is caught."""
     fake = PACKAGE / "data" / "_architecture_probe.py"

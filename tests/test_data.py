@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from _tiny import DATA
 from docnmt.data import (
     Corpus,
     InstanceSet,
@@ -35,7 +36,7 @@ from docnmt.methods.gtransformer import GroupJoiner
 from docnmt.prepare import prepare
 from docnmt.vocab import DEFAULT_MAX_SEP, Vocab
 
-SMALL_BUDGET = 64  # forces the 12-sentence TED documents into many instances
+SMALL_BUDGET = 64  # forces the 12-turn chats into many instances
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -384,8 +385,8 @@ def test_corpus_save_load_round_trip_memory_mapped(tiny_corpus, tmp_path):
                                   doc2doc_instances(tiny_corpus, SMALL_BUDGET))
 
 
-def test_source_only_corpus_round_trip(ted_docs, tiny_vocab, tmp_path):
-    corpus = Corpus.encode([replace(d, tgt=None) for d in ted_docs], tiny_vocab)
+def test_source_only_corpus_round_trip(chat_docs, tiny_vocab, tmp_path):
+    corpus = Corpus.encode([replace(d, tgt=None) for d in chat_docs], tiny_vocab)
     corpus.save(tmp_path, "test")
     loaded = Corpus.load(tmp_path, "test")
     assert loaded.tgt is None
@@ -398,9 +399,9 @@ def test_corpus_load_missing_split_is_a_data_error(tiny_corpus, tmp_path):
         Corpus.load(tmp_path, "valid")
 
 
-def test_encode_rejects_overlong_sentence(ted_docs, tiny_vocab):
+def test_encode_rejects_overlong_sentence(chat_docs, tiny_vocab):
     with pytest.raises(DataError, match="sentence"):
-        Corpus.encode(ted_docs, tiny_vocab, max_sentence_tokens=5)
+        Corpus.encode(chat_docs, tiny_vocab, max_sentence_tokens=5)
 
 
 # ---------------------------------------------------------------------------- token batches
@@ -464,20 +465,20 @@ def test_token_batches_without_shuffle_are_sorted_and_fixed(lengths):
 
 # -------------------------------------------------------------------------------------- Vocab
 
-def test_vocab_save_load_round_trip(tiny_vocab, ted_docs, tmp_path):
+def test_vocab_save_load_round_trip(tiny_vocab, chat_docs, tmp_path):
     tiny_vocab.save(tmp_path)
     loaded = Vocab.load(tmp_path)
     assert len(loaded) == len(tiny_vocab) and loaded.extra == tiny_vocab.extra
-    texts = ted_docs[0].src + ted_docs[0].tgt
+    texts = chat_docs[0].src + chat_docs[0].tgt
     assert loaded.encode_batch(texts) == tiny_vocab.encode_batch(texts)
     assert loaded.id("<sep3>") == tiny_vocab.id("<sep3>")
 
 
-def test_vocab_layout_and_decode_drops_specials(tiny_vocab, ted_docs):
+def test_vocab_layout_and_decode_drops_specials(tiny_vocab, chat_docs):
     v = tiny_vocab
     assert (v.pad, v.unk, v.bos, v.eos) == (0, 1, 2, 3)
     assert v.id("<mask>") == v.n_pieces and len(v) == v.n_pieces + 3 + DEFAULT_MAX_SEP
-    ids = v.encode(ted_docs[0].tgt[0])
+    ids = v.encode(chat_docs[0].tgt[0])
     assert all(4 <= i < v.n_pieces for i in ids)
     noisy = [v.bos, *ids[:2], v.id("<sep1>"), v.id("<mask>"), *ids[2:], v.id("<eod>"), v.eos, v.pad]
     assert v.decode(noisy) == v.decode(ids)
@@ -513,41 +514,41 @@ def run_prepare(destdir, prefix, valid: bool = True, vocab_size: int = 600, **kw
                    vocab_size=vocab_size, log=lambda message: None, **kw)
 
 
-def test_prepare_on_real_data(ted_valid_prefix, tmp_path):
+def test_prepare_on_real_data(chat_valid_prefix, tmp_path):
     dest = tmp_path / "data-bin"
-    stats = run_prepare(dest, ted_valid_prefix)
+    stats = run_prepare(dest, chat_valid_prefix)
     assert {p.name for p in dest.iterdir()} == EXPECTED_FILES
     saved = json.loads((dest / "prepare.json").read_text())
     assert saved == stats
     assert (saved["source_lang"], saved["target_lang"]) == ("en", "de")
     for split in ("train", "valid"):
         s = saved["splits"][split]
-        assert (s["documents"], s["sentences"]) == (12, 1080)
-        assert s["instances"]["sent2sent"] == s["instances"]["doc2sent"] == 1080
-        assert 12 <= s["instances"]["doc2doc"] < s["instances"]["mr"]
+        assert (s["documents"], s["sentences"]) == (78, 1902)
+        assert s["instances"]["sent2sent"] == s["instances"]["doc2sent"] == 1902
+        assert 78 <= s["instances"]["doc2doc"] < s["instances"]["mr"]
     vocab = Vocab.load(dest)
     assert len(vocab) == saved["vocab"]
     corpus = Corpus.load(dest, "valid")
-    assert corpus.docids == Path(f"{ted_valid_prefix}.docids").read_text().split()
+    assert corpus.docids == Path(f"{chat_valid_prefix}.docids").read_text().split()
     assert int(corpus.tgt.lengths.sum()) == saved["splits"]["valid"]["tgt_tokens"]
 
     with pytest.raises(DocnmtError, match="not empty"):
-        run_prepare(dest, ted_valid_prefix)
-    assert run_prepare(dest, ted_valid_prefix, force=True)["splits"] == stats["splits"]
+        run_prepare(dest, chat_valid_prefix)
+    assert run_prepare(dest, chat_valid_prefix, force=True)["splits"] == stats["splits"]
 
 
-def test_prepare_force_leaves_no_stale_split(ted_valid_prefix, tmp_path):
+def test_prepare_force_leaves_no_stale_split(chat_valid_prefix, tmp_path):
     dest = tmp_path / "data-bin"
-    run_prepare(dest, ted_valid_prefix)
-    stats = run_prepare(dest, ted_valid_prefix, valid=False, vocab_size=400, force=True)
+    run_prepare(dest, chat_valid_prefix)
+    stats = run_prepare(dest, chat_valid_prefix, valid=False, vocab_size=400, force=True)
     assert set(stats["splits"]) == {"train"}
     assert not (dest / "valid.docs.npy").exists(), "stale valid split from the previous run"
 
 
 def test_word_dropout_masks_only_ordinary_words_and_is_seeded(tiny_corpus, tiny_vocab):
-    from docnmt.data import word_dropout
+    from docnmt.methods.word_dropout import word_dropout
     iset = InstanceSet(tiny_corpus, doc2doc_instances(tiny_corpus, SMALL_BUDGET), make_joiner(tiny_vocab, "index"))
-    batch = iset.collate(np.arange(4))
+    batch = iset.collate(np.arange(8))          # 8 instances of chat turns: about 250 ordinary pieces
     mask = tiny_vocab.id("<mask>")
     out = word_dropout(batch, 0.3, tiny_vocab, (1, 2, 0, 7))
     assert torch.equal(out["labels"], batch["labels"])                       # labels untouched
@@ -565,7 +566,7 @@ def test_word_dropout_masks_only_ordinary_words_and_is_seeded(tiny_corpus, tiny_
 def test_word_dropout_follows_the_vocabularys_own_piece_range():
     """A pretrained (e.g. Marian) vocabulary has ordinary pieces from id 2 and its pad among the
     pieces: word dropout reaches ids 2 and 3 and never drops the pad, wherever it sits."""
-    from docnmt.data import word_dropout
+    from docnmt.methods.word_dropout import word_dropout
     from docnmt.vocab import BaseVocab
 
     class Marian(BaseVocab):
@@ -582,24 +583,24 @@ def test_word_dropout_follows_the_vocabularys_own_piece_range():
     assert not dropped[(x == 49) | (x == 0) | (x == 1) | (x == 51)].any()
 
 
-def test_prepare_splits_sentence_level_corpora_into_single_sentence_documents(ted_valid_prefix, tmp_path, shared_data):
+def test_prepare_splits_sentence_level_corpora_into_single_sentence_documents(chat_valid_prefix, tmp_path):
     """A plain sentence-per-line corpus (ende/sent/*) must not become one giant document whose
     unrelated sentences Doc2Doc would join into instances."""
     from docnmt.prepare import read_split
-    sent = shared_data / "ende/sent/tatoeba"
-    docs = read_split([str(ted_valid_prefix), str(sent)], "en", "de")
+    sent = DATA / "ende/sent/tatoeba"
+    docs = read_split([str(chat_valid_prefix), str(sent)], "en", "de")
     tatoeba = [d for d in docs if d.docid.startswith("tatoeba/")]
     n_lines = len(Path(f"{sent}.en").read_text(encoding="utf-8").splitlines())
     assert len(tatoeba) == n_lines and all(len(d.src) == len(d.tgt) == 1 for d in tatoeba)
     assert tatoeba[0].docid.endswith(":1") and tatoeba[0].meta["sentence_level"]
-    assert sum(1 for d in docs if not d.docid.startswith("tatoeba/")) == 12          # TED: real documents
+    assert sum(1 for d in docs if not d.docid.startswith("tatoeba/")) == 78          # the chats: real documents
 
 
-def test_prepare_tells_apart_corpora_with_the_same_name(shared_data, tmp_path):
+def test_prepare_tells_apart_corpora_with_the_same_name(chat_valid_prefix, tmp_path):
     from docnmt.prepare import read_split
-    for d in ("a", "b"):   # two corpora named "ted", without .docids: both have ids ted.en:0, …
+    for d in ("a", "b"):   # two corpora named "chat", without .docids: both have ids chat.en:0, …
         (tmp_path / d).mkdir()
         for lang in ("en", "de"):
-            (tmp_path / d / f"ted.{lang}").write_bytes((shared_data / "ende/valid" / f"ted.{lang}").read_bytes())
-    docs = read_split([str(tmp_path / "a" / "ted"), str(tmp_path / "b" / "ted")], "en", "de")
-    assert len({d.docid for d in docs}) == len(docs) == 24
+            (tmp_path / d / f"chat.{lang}").write_bytes(Path(f"{chat_valid_prefix}.{lang}").read_bytes())
+    docs = read_split([str(tmp_path / "a" / "chat"), str(tmp_path / "b" / "chat")], "en", "de")
+    assert len({d.docid for d in docs}) == len(docs) == 2 * 78

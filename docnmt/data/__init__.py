@@ -3,7 +3,7 @@ building per mode (:mod:`.instances`), and batching (:mod:`.batching`).
 
 The names most code needs are importable from ``docnmt.data`` directly.
 """
-from .batching import InstanceSet, model_inputs, pad_batch, token_batches, word_dropout
+from .batching import InstanceSet, model_inputs, pad_batch, token_batches
 from .corpus import Corpus, Side
 from .formats import Joiner, split_at_eos
 from .instances import (
@@ -24,4 +24,4 @@ from .instances import (
 __all__ = ["Corpus", "InstanceSet", "Joiner", "ModeConfig", "Side", "build_instances", "doc2doc_instances",
            "doc_bounds", "doc2sent_instances", "filter_training_documents", "greedy_split", "model_inputs",
            "mr_instances", "pad_batch", "pseudodoc_instances", "sent_instances", "sentence_costs", "split_at_eos",
-           "token_batches", "with_sentences", "word_dropout"]
+           "token_batches", "with_sentences"]

@@ -6,7 +6,6 @@ import warnings
 import numpy as np
 import torch
 
-from ..vocab import Vocab
 from .corpus import Corpus
 from .formats import Joiner
 
@@ -79,21 +78,6 @@ class InstanceSet:
             batch["labels"] = pad_batch(labels, vocab.pad)
             batch["ntokens"] = int(sum(len(t) for t in labels))
         return batch
-
-
-def word_dropout(batch: dict, p: float, vocab: Vocab, seed: tuple[int, ...]) -> dict:
-    """Replace each ordinary word of the source and the decoder input (not the labels) by
-    ``<mask>`` with probability ``p`` (docs/methods/baselines.md#word-dropout): specials (pad,
-    unk, ``<s>``, ``</s>``) and docnmt's symbols (EOD, separators) are never dropped. The draws
-    depend only on ``seed`` (seed, epoch, batch), so a resumed run drops the same words."""
-    rng = np.random.default_rng(list(seed))
-    out = dict(batch)
-    for key in ("src", "tgt_in"):
-        if key in batch:
-            x = batch[key]
-            drop = torch.from_numpy(rng.random(tuple(x.shape)) < p) & vocab.word_mask(x)
-            out[key] = x.masked_fill(drop, vocab.id("<mask>"))
-    return out
 
 
 MODEL_INPUTS = ("ctx",)   # batch tensors besides src/tgt_in/labels that a model may take

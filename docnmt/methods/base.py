@@ -136,11 +136,17 @@ class Walk:
     them with ``decode(rows, new_from, forced_from=None)``. This default is one round of the
     mode's instances; sliding decoding (:mod:`.sliding`) and two-pass decoding
     (:mod:`.docflat`) are the others. ``cuts_documents``: the walk cuts documents into
-    instances that fit by its own rule (no whole-document instance to check); ``used``: what
-    translated an earlier pass, for the coverage report (two-pass decoding)."""
+    instances that fit by its own rule (no whole-document instance to check). ``report``: entries
+    the walk adds to the coverage report once it has run, and :meth:`summary` a few words of it
+    for the report's summary line (two-pass decoding: what translated pass 1)."""
 
     cuts_documents = False
-    used: dict | None = None
+
+    def __init__(self):
+        self.report: dict = {}
+
+    def summary(self) -> str:
+        return ""
 
     def rounds(self, translator, corpus, search) -> list[tuple[np.ndarray, np.ndarray]]:
         rows = build_instances(corpus, translator.cfg.data, training=False)

@@ -28,9 +28,14 @@ class TwoPass(Walk):
     names; pass 2 decodes every pseudo-document with its context's first-pass translation forced
     as the target prefix, generating only the current sentence. Both passes decode batches of
     consecutive sentences, also for a model trained on shuffled batches (``shuffled_data``).
-    ``used`` says what translated pass 1, for the coverage report."""
+    Its coverage-report entry ``first_pass`` says what translated pass 1."""
 
-    used: dict | None = None
+    def summary(self) -> str:
+        used = self.report.get("first_pass")
+        if used is None:
+            return ""
+        by, path = used["by"], used["path"]
+        return "pass 1: " + ("this model itself" if by == "model" else f"{by.replace('_', ' ')} {path}")
 
     def rounds(self, translator, corpus, search):
         rows = build_instances(corpus, translator.cfg.data, training=False)
@@ -57,10 +62,10 @@ class TwoPass(Walk):
     def first_pass(self, translator, docs, corpus, search, decode) -> list[list[list[int]]]:
         """Pass 1: one list of token ids per sentence (other output is re-encoded with this
         vocabulary; a file holds one translation per input sentence, in order, ``<d>`` lines
-        skipped: what ``docnmt translate`` writes). Sets ``used``."""
+        skipped: what ``docnmt translate`` writes). Sets the report's ``first_pass``."""
         path = search.first_pass
-        self.used = {"by": "model" if not path else "sentence_model" if Path(path).is_dir() else "file",
-                     "path": str(path) if path else None}
+        by = "model" if not path else "sentence_model" if Path(path).is_dir() else "file"
+        self.report["first_pass"] = {"by": by, "path": str(path) if path else None}
         if not path:
             outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
             rows = sent_instances(corpus)

@@ -212,30 +212,30 @@ def docflat_translator(tiny_vocab, preset="docflat_small", **over):
     return Translator(methods.build_model(cfg, tiny_vocab), tiny_vocab, cfg)
 
 
-def test_model_trained_on_shuffled_batches_still_decodes_consecutive_batches(tiny_vocab, ted_docs):
+def test_model_trained_on_shuffled_batches_still_decodes_consecutive_batches(tiny_vocab, chat_docs):
     """The same weights give the same translation under the shuffled preset's config as under
     the ordered one: decoding batches are consecutive sentences either way (FBA sees the batch)."""
     shuffled = docflat_translator(tiny_vocab, "docflat_shuffled_small")
     ordered = Translator(shuffled.model, tiny_vocab, shuffled.cfg.override({"data.batch_order": "ordered",
                                                                             "method.shuffled_data": False}))
-    docs = [replace(d, src=d.src[:6]) for d in ted_docs[:2]]
+    docs = [replace(d, src=d.src[:6]) for d in chat_docs[:2]]
     out, _ = shuffled.translate(docs)
     assert [d.tgt for d in out] == [d.tgt for d in ordered.translate(docs)[0]]
     assert shuffled.cfg.data.batch_order == "sorted"              # the translator's own config is kept
 
 
-def test_pass_1_is_named_loudly_and_in_the_report(tiny_vocab, ted_docs, tmp_path, caplog):
+def test_pass_1_is_named_loudly_and_in_the_report(tiny_vocab, chat_docs, tmp_path, caplog):
     tr = docflat_translator(tiny_vocab)
-    docs = [replace(d, src=d.src[:3]) for d in ted_docs[:1]]
+    docs = [replace(d, src=d.src[:3]) for d in chat_docs[:1]]
     with caplog.at_level(logging.WARNING, logger="docnmt.docflat"):
         out, report = tr.translate(docs)
-    assert report.first_pass == {"by": "model", "path": None}
+    assert report.walk["first_pass"] == {"by": "model", "path": None}
     assert "pass 1 is translated by this document model itself" in caplog.text and "--first-pass" in caplog.text
     assert "pass 1: this model itself" in report.summary() and report.as_dict()["first_pass"]["by"] == "model"
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="docnmt.docflat"):
         _, again = tr.translate(docs)                     # said once per translator (a service: not per request)
-    assert "pass 1 is translated" not in caplog.text and again.first_pass == {"by": "model", "path": None}
+    assert "pass 1 is translated" not in caplog.text and again.walk["first_pass"] == {"by": "model", "path": None}
     first = tmp_path / "first.de"
     first.write_text("".join(t + "\n" for t in out[0].tgt))
     caplog.clear()
@@ -248,7 +248,7 @@ def test_pass_1_is_named_loudly_and_in_the_report(tiny_vocab, ted_docs, tmp_path
     save_weights(sent_model, sent_dir / WEIGHTS)
     sent.dump(sent_dir / "config.yaml")
     _, report = tr.translate(docs, replace(tr.cfg.decode, first_pass=str(sent_dir)))
-    assert report.first_pass == {"by": "sentence_model", "path": str(sent_dir)}
+    assert report.walk["first_pass"] == {"by": "sentence_model", "path": str(sent_dir)}
     assert f"pass 1: sentence model {sent_dir}" in report.summary()
     _, report = Translator(sent_model, tiny_vocab, sent).translate(docs, replace(sent.decode, max_len_a=0, max_len_b=2))
     assert "first_pass" not in report.as_dict() and "pass 1" not in report.summary()      # one-pass decoding
