@@ -1,29 +1,50 @@
 """Tiny real-data runs shared by the search, training and end-to-end tests (Tier S,
-docs/benchmarks.md#tier-s-smoke)."""
+docs/benchmarks.md#tier-s-smoke), and the paths of the real data the tests read: the BConTrasT
+chats bundled with the package (``docnmt/quickstart_data``) and the small slices in ``tests/data``
+(tests/data/README.md). Nothing here reads data from outside the repository."""
 from __future__ import annotations
 
+import gzip
 import json
-import os
+import tempfile
 from pathlib import Path
 
+import docnmt
 from docnmt.config import Config
 from docnmt.prepare import prepare
-from docnmt.readers import read_documents, write_marker
+from docnmt.readers import read_documents, read_marker, write_marker
 
-# ../shared/data beside the checkout, or DOCNMT_SHARED_DATA (the GPU run carries a small copy, bench/gpu/README.md)
-SHARED = Path(os.environ.get("DOCNMT_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+DATA = Path(__file__).resolve().parent / "data"      # real slices, laid out as the project's full copy
+CHATS = Path(docnmt.__file__).resolve().parent / "quickstart_data"       # BConTrasT, CC BY-SA 4.0
 
 
-def tiny_corpus_files(directory: Path, n_docs: int = 4, max_sents: int = 40) -> Path:
-    """The first documents of TED valid (en-de), truncated, written as marker files ``ted.{en,de}``."""
-    docs = read_documents(str(SHARED / "ende/valid/ted.en"), str(SHARED / "ende/valid/ted.de"),
-                          docids=str(SHARED / "ende/valid/ted.docids"))[:n_docs]
+def unpack_chats(directory: Path, split: str = "valid") -> Path:
+    """The bundled BConTrasT chats of ``split`` (valid: its 78 dev chats; test: 5 test chats; train: 550),
+    unpacked as marker files ``chat.{en,de,docids}`` into ``directory``; returns the prefix."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for ext in ("en", "de", "docids"):
+        (directory / f"chat.{ext}").write_bytes(gzip.decompress((CHATS / f"{split}.{ext}.gz").read_bytes()))
+    return directory / "chat"
+
+
+def chat_documents(split: str = "valid", target: bool = True) -> list:
+    """The bundled chats of ``split`` as documents, with their German side unless ``target`` is false
+    (a fresh list each call: change it freely)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = unpack_chats(Path(tmp), split)
+        return read_marker(f"{prefix}.en", f"{prefix}.de" if target else None, f"{prefix}.docids")
+
+
+def tiny_corpus_files(directory: Path, n_docs: int = 12, max_sents: int = 40) -> Path:
+    """The first chats of the bundled BConTrasT dev set (en-de), truncated, written as marker files
+    ``chat.{en,de,docids}``; returns the prefix. The default: 12 chats, 260 turns."""
+    docs = chat_documents("valid")[:n_docs]
     for d in docs:
         d.src, d.tgt = d.src[:max_sents], d.tgt[:max_sents]
     directory.mkdir(parents=True, exist_ok=True)
-    write_marker(docs, directory / "ted.en", "src", directory / "ted.docids")
-    write_marker(docs, directory / "ted.de", "tgt")
-    return directory / "ted"
+    write_marker(docs, directory / "chat.en", "src", directory / "chat.docids")
+    write_marker(docs, directory / "chat.de", "tgt")
+    return directory / "chat"
 
 
 def tiny_data(directory: Path) -> Path:
@@ -54,10 +75,12 @@ def random_pair(seed: int = 0, vocab: int = 50, src_len: int = 9, tgt_len: int =
 def assert_incremental_equals_full(model, src, tgt) -> None:
     """Decoding token by token with the cache gives the states of one full teacher-forced pass."""
     import torch
+
+    from docnmt.decoder_state import DecoderCache
     with torch.no_grad():
         enc = model.encode(src)
         full = model.decode(tgt, enc)
-        cache: dict = {}
+        cache = DecoderCache()
         steps = torch.cat([model.decode(tgt[:, : t + 1], enc, cache) for t in range(tgt.size(1))], 1)
     torch.testing.assert_close(steps, full, rtol=1e-4, atol=1e-5)
 

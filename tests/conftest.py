@@ -1,10 +1,13 @@
 """Shared fixtures of the docnmt test suite.
 
-Real data lives in ``../shared/data`` (next to the repository). ``shared_data`` is the one way to
-skip a test when it is absent: every fixture below that reads it depends on ``shared_data``, and a
-test that reads it otherwise (through ``_tiny`` or a path constant) asks for it by name or with
-``@pytest.mark.usefixtures("shared_data")``. The data fixtures and the tiny trained models are
-session-scoped and built once: treat what they return as read-only (train into ``tmp_path``).
+Every test reads real data from inside the repository: the BConTrasT chats bundled with the
+package (``docnmt/quickstart_data``, CC BY-SA 4.0) for the documents, vocabularies and tiny models
+below, and the small slices in ``tests/data`` (``_tiny.DATA``; what they are and their licences:
+``tests/data/README.md``) for the format readers and the test suites. No test skips for want of
+data: under ``DOCNMT_ONLY_ALLOWED_SKIPS=1`` (set by ``.ci/run``) a run fails when anything but the
+GPU checks and the browser test without Chromium skipped (``tests/_skips.py``). The data fixtures
+and the tiny trained models are session-scoped and built once: treat what they return as read-only
+(train into ``tmp_path``).
 
 Markers
 -------
@@ -19,15 +22,15 @@ Torch runs one intra-op thread during the tests unless ``OMP_NUM_THREADS`` is se
 
 Fixtures
 --------
-``shared_data``      Path of the real-data directory (skips when missing).
-``ted_valid_prefix`` Path prefix of ``ende/valid/ted`` (``ted.en``, ``ted.de``, ``ted.docids``).
-``ted_valid``        All 12 documents of ``ende/valid/ted`` (1,080 sentence pairs).
-``ted_docs``         The first 3 of them, each cut to its first 12 sentences (36 pairs).
+``chat_valid_prefix`` Path prefix of the bundled BConTrasT dev chats unpacked (``chat.en``, ``chat.de``,
+                     ``chat.docids``).
+``chat_valid``       All 78 of those chats (1,902 turn pairs, en-de).
+``chat_docs``        The first 3 of them, each cut to its first 12 turns (36 pairs).
 ``tiny_vocab``       A 600-piece joint SentencePiece :class:`~docnmt.vocab.Vocab` learned on both
-                     sides of ``ende/valid/ted``, with docnmt's default extra symbols.
-``tiny_corpus``      ``Corpus.encode(ted_docs, tiny_vocab)``: 3 documents, 36 sentences.
-``tiny_dir``         ``_tiny.tiny_data`` made once: ``raw/ted.{en,de,docids}`` (the first 4 TED valid
-                     documents, 40 sentences each) and ``data/`` prepared from them (400 pieces).
+                     sides of ``chat_valid``, with docnmt's default extra symbols.
+``tiny_corpus``      ``Corpus.encode(chat_docs, tiny_vocab)``: 3 documents, 36 sentences.
+``tiny_dir``         ``_tiny.tiny_data`` made once: ``raw/chat.{en,de,docids}`` (the first 12 dev
+                     chats, at most 40 turns each: 260 pairs) and ``data/`` prepared from them (400 pieces).
 ``tiny_model``       ``tiny_model(name)`` -> directory of a tiny model of ``TINY_MODELS`` trained on
                      ``tiny_dir / "data"``, trained on first use and shared by every test after.
 ``write_files``      ``write_files(dir, {name: text or bytes})`` writes small files, returns paths.
@@ -45,7 +48,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from _tiny import SHARED, tiny_config, tiny_data
+from _skips import pytest_configure as skip_rule
+from _tiny import tiny_config, tiny_data, unpack_chats
 from docnmt.data import Corpus
 from docnmt.document import Document
 from docnmt.readers import read_documents
@@ -54,8 +58,8 @@ from docnmt.vocab import Vocab
 INTEGRATION = Path(__file__).resolve().parent / "integration"
 CUDA = Path(__file__).resolve().parent / "cuda"
 
-TED_DOCS = 3        # documents in ``ted_docs``
-TED_SENTS = 12      # sentences kept per document in ``ted_docs``
+CHAT_DOCS = 3       # documents in ``chat_docs``
+CHAT_SENTS = 12     # turns kept per document in ``chat_docs``
 TINY_VOCAB_SIZE = 600
 
 
@@ -67,6 +71,7 @@ def pytest_configure(config):
     3 min 50 s with one thread)."""
     if "OMP_NUM_THREADS" not in os.environ and os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1):
         torch.set_num_threads(1)
+    skip_rule(config)           # DOCNMT_ONLY_ALLOWED_SKIPS=1: only the allowed skips (tests/_skips.py)
 
 
 @pytest.hookimpl(tryfirst=True)         # before ``-m`` deselects by marker
@@ -82,43 +87,35 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """The real-data directory ``../shared/data``; the test is skipped when it is missing."""
-    if not SHARED.is_dir():
-        pytest.skip(f"real data not found at {SHARED}")
-    return SHARED
+def chat_valid_prefix(tmp_path_factory) -> Path:
+    """Prefix of the bundled BConTrasT dev chats (marker format), unpacked: ``PREFIX.en``/``.de``/``.docids``."""
+    return unpack_chats(tmp_path_factory.mktemp("chats"), "valid")
 
 
 @pytest.fixture(scope="session")
-def ted_valid_prefix(shared_data: Path) -> Path:
-    """Prefix of the IWSLT17 tst2015 TED corpus (marker format): ``PREFIX.en``/``.de``/``.docids``."""
-    return shared_data / "ende" / "valid" / "ted"
-
-
-@pytest.fixture(scope="session")
-def ted_valid(ted_valid_prefix: Path) -> list[Document]:
-    """All documents of ``ende/valid/ted`` read with their ids (12 documents, 1,080 pairs)."""
-    p = ted_valid_prefix
+def chat_valid(chat_valid_prefix: Path) -> list[Document]:
+    """All dev chats read with their ids (78 documents, 1,902 pairs)."""
+    p = chat_valid_prefix
     return read_documents(f"{p}.en", f"{p}.de", fmt="marker", docids=f"{p}.docids")
 
 
 @pytest.fixture(scope="session")
-def ted_docs(ted_valid: list[Document]) -> list[Document]:
-    """The first 3 TED documents, each truncated to its first 12 sentence pairs (read-only)."""
-    return [replace(d, src=d.src[:TED_SENTS], tgt=d.tgt[:TED_SENTS], meta=dict(d.meta))
-            for d in ted_valid[:TED_DOCS]]
+def chat_docs(chat_valid: list[Document]) -> list[Document]:
+    """The first 3 dev chats, each truncated to its first 12 turn pairs (read-only)."""
+    return [replace(d, src=d.src[:CHAT_SENTS], tgt=d.tgt[:CHAT_SENTS], meta=dict(d.meta))
+            for d in chat_valid[:CHAT_DOCS]]
 
 
 @pytest.fixture(scope="session")
-def tiny_vocab(ted_valid: list[Document]) -> Vocab:
-    """A 600-piece joint BPE vocabulary trained on both sides of ``ende/valid/ted``."""
-    return Vocab.train([s for d in ted_valid for s in d.src + d.tgt], size=TINY_VOCAB_SIZE)
+def tiny_vocab(chat_valid: list[Document]) -> Vocab:
+    """A 600-piece joint BPE vocabulary trained on both sides of ``chat_valid``."""
+    return Vocab.train([s for d in chat_valid for s in d.src + d.tgt], size=TINY_VOCAB_SIZE)
 
 
 @pytest.fixture(scope="session")
-def tiny_corpus(ted_docs: list[Document], tiny_vocab: Vocab) -> Corpus:
-    """``ted_docs`` encoded with ``tiny_vocab`` (3 documents x 12 sentences, both sides)."""
-    return Corpus.encode(ted_docs, tiny_vocab)
+def tiny_corpus(chat_docs: list[Document], tiny_vocab: Vocab) -> Corpus:
+    """``chat_docs`` encoded with ``tiny_vocab`` (3 documents x 12 sentences, both sides)."""
+    return Corpus.encode(chat_docs, tiny_vocab)
 
 
 @pytest.fixture
@@ -194,8 +191,8 @@ def cli_error(run_cli):
 
 
 @pytest.fixture(scope="session")
-def tiny_dir(shared_data: Path, tmp_path_factory) -> Path:
-    """``_tiny.tiny_data`` run once: ``raw/ted.*`` marker files and the prepared ``data/`` (read-only)."""
+def tiny_dir(tmp_path_factory) -> Path:
+    """``_tiny.tiny_data`` run once: ``raw/chat.*`` marker files and the prepared ``data/`` (read-only)."""
     root = tmp_path_factory.mktemp("tiny")
     tiny_data(root)
     return root
@@ -222,13 +219,13 @@ TINY_MODELS = {
 def tiny_model(tiny_dir: Path):
     """``tiny_model(name)`` -> ``tiny_dir / name``, the save directory of ``TINY_MODELS[name]`` trained on
     ``tiny_dir / "data"`` (trained on first use, then shared: load it, never train into it)."""
-    from docnmt.train import Trainer
+    from docnmt.training import Trainer
 
     def get(name: str) -> Path:
         path = tiny_dir / name
         if not (path / "model.safetensors").exists():
             mode, updates, over = TINY_MODELS[name]
             cfg = tiny_config(mode, max_update=updates).override(over)
-            Trainer(cfg, tiny_dir / "data", path, progress_bar=False).train()
+            Trainer.from_dirs(cfg, tiny_dir / "data", path, progress_bar=False).train()
         return path
     return get

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from _tiny import SHARED
+from _tiny import DATA
 from docnmt.contrastive import (
     accuracy_report,
     decisions,
@@ -28,18 +28,17 @@ from docnmt.suites import Candidate, ContrastiveExample, read_suite, split_sente
 from docnmt.tcp import hit, read_labels, tcp, tcp_documents
 from docnmt.translate import Translator
 
-VOITA = SHARED / "enru/suites/voita2019/consistency_testsets"
-BAWDEN = SHARED / "enfr/suites/bawden2018_discourse_test_sets_enfr/test-sets"
-SCAT = SHARED / "enfr/suites/scat_yin2021_enfr"
-PDC = SHARED / "zhen/pdc/testsets"
+VOITA = DATA / "enru/suites/voita2019/consistency_testsets"
+BAWDEN = DATA / "enfr/suites/bawden2018_discourse_test_sets_enfr/test-sets"
+SCAT = DATA / "enfr/suites/scat_yin2021_enfr"
+PDC = DATA / "zhen/pdc/testsets"
 
 
 # ---- suite readers on the real files --------------------------------------------------------
 
-@pytest.mark.usefixtures("shared_data")
 def test_voita_deixis_reader():
     ex = read_suite(VOITA / "deixis_test.json")
-    assert len(ex) == 2500
+    assert len(ex) == 30
     assert all(len(e.src_context) == 3 and len(e.candidates) == 2 and e.correct == 0 for e in ex)
     assert ex[0].src == "You've never been caught."                   # detokenised ("You 've")
     assert ex[0].candidates[0].tgt == "Тебя не ловили." and ex[0].candidates[1].tgt == "Вас не ловили."
@@ -48,7 +47,6 @@ def test_voita_deixis_reader():
     assert raw[0].src == "You 've never been caught ."
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_voita_lexical_cohesion_keeps_true_ind():
     ex = read_suite(VOITA / "lex_cohesion_test.json")
     data = json.loads((VOITA / "lex_cohesion_test.json").read_text())
@@ -56,12 +54,11 @@ def test_voita_lexical_cohesion_keeps_true_ind():
     assert max(len(e.candidates) for e in ex) == 5
 
 
-@pytest.mark.usefixtures("shared_data")
 @pytest.mark.parametrize("name,flat", [("anaphora", "anaphora"), ("lexical-choice", "lexical_choice")])
 def test_bawden_reader_matches_the_flat_files(name, flat):
     """The JSON pairs, flattened (correct then incorrect), are the suite's own text files."""
     ex = read_suite(BAWDEN / f"{name}.json")
-    assert len(ex) == 200
+    assert len(ex) == {"anaphora": 40, "lexical-choice": 20}[name]             # the first 10 blocks of each
     lines = lambda ext: (BAWDEN / f"{flat}.{ext}").read_text().splitlines()  # noqa: E731
     assert [c.tgt for e in ex for c in e.candidates] == lines("current.fr")
     assert [c.tgt_context[0] for e in ex for c in e.candidates] == lines("prev.fr")
@@ -71,10 +68,9 @@ def test_bawden_reader_matches_the_flat_files(name, flat):
         assert {e.meta["type"] for e in ex} == {"m.sg", "f.sg", "m.pl", "f.pl"}
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_scat_reader_swaps_the_marked_pronoun():
     ex = read_suite(SCAT)                                   # valid split
-    assert len(ex) == 145
+    assert len(ex) == 30
     for e in ex:
         good, bad = (c.tgt for c in e.candidates)
         assert "<" not in good + bad + e.src + "".join(e.src_context + e.candidates[0].tgt_context)
@@ -89,7 +85,7 @@ def test_scat_reader_swaps_the_marked_pronoun():
     assert swap_pronoun("pour t<p>elle</p> église, <p>il</p> dit") == "pour t<p>elle</p> église, <p>elle</p> dit"
     assert swap_pronoun("<p>on</p> y va") is None and swap_pronoun("t<p>elle</p> quelle") is None
     train = read_suite(SCAT, split="train")
-    assert len(train) > 11000 and not any("<" in c.tgt or ">" in c.tgt for e in train for c in e.candidates)
+    assert len(train) == 60 and not any("<" in c.tgt or ">" in c.tgt for e in train for c in e.candidates)
     assert split_sentences("Okay. I need a volunteer! How? «Yes.»") == \
         ["Okay.", "I need a volunteer!", "How?", "«Yes.»"]
 
@@ -182,14 +178,14 @@ def _best_ranking_accuracy(examples) -> float:
     return right / len(examples)
 
 
-@pytest.mark.usefixtures("shared_data")
 @pytest.mark.parametrize("suite", ["anaphora", "lexical-choice", "scat"])
 def test_models_without_target_context_score_at_most_the_ceiling(suite):
     """Bawden et al.'s anaphora set cannot tell a model that ignores the target context from a
-    sentence model (one source side per block: the ceiling is 50.5%, the search over every ranking
-    agrees), nor can the "repet" half of lexical choice; its "disambig" examples and SCAT's have
-    source sides of their own. Scores that depend only on the source side and the current
-    candidate never beat the ceiling, and the report prints it."""
+    sentence model (one source side per block: the ceiling is 50.5% on the whole set, 50% on the
+    first 10 blocks kept in tests/data; the search over every ranking agrees), nor can the "repet"
+    half of lexical choice; its "disambig" examples and SCAT's have source sides of their own.
+    Scores that depend only on the source side and the current candidate never beat the ceiling,
+    and the report prints it."""
     examples = read_suite(SCAT if suite == "scat" else BAWDEN / f"{suite}.json")
     bound = source_only_ceiling(examples)
     if suite == "scat":
@@ -271,7 +267,7 @@ def test_sentence_scores_equal_incremental_decoding(tiny_dir, tiny_model, name):
     the incremental decoder's log-probabilities after the forced target context, for every
     way a mode builds its input (separators, groups, source context, context encoder)."""
     tr = Translator.load(tiny_model(name), device="cpu")
-    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
+    docs = read_documents(str(tiny_dir / "raw/chat.en"), str(tiny_dir / "raw/chat.de"), fmt="marker")
     examples = [Document(f"{d}.{i}", doc.src[i - 3: i + 1], doc.tgt[i - 3: i + 1])
                 for d, doc in enumerate(docs[:2]) for i in (3, 7, 12)]
     examples.append(Document("first", docs[0].src[:1], docs[0].tgt[:1]))    # no context at all
@@ -288,7 +284,7 @@ def test_sentence_scores_equal_incremental_decoding(tiny_dir, tiny_model, name):
 @pytest.mark.slow
 def test_document_instances_take_the_context_that_fits(tiny_dir, tiny_model):
     tr = Translator.load(tiny_model("doc2doc"), device="cpu")
-    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
+    docs = read_documents(str(tiny_dir / "raw/chat.en"), str(tiny_dir / "raw/chat.de"), fmt="marker")
     from docnmt.data import Corpus
     corpus = Corpus.encode([Document("a", docs[0].src[:6], docs[0].tgt[:6])], tr.vocab)
     assert last_sentence_rows(tr, corpus).tolist() == [[0, 6, 0]]
@@ -303,7 +299,7 @@ def test_a_trained_model_prefers_real_sentences_to_shuffled_ones(tiny_dir, tiny_
     """Behaviour: after 150 updates on these documents, the real target sentence outscores the
     same words shuffled in most contexts (chance is 50%; the run gives about 71%)."""
     tr = Translator.load(tiny_model("doc2doc"), device="cpu")
-    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
+    docs = read_documents(str(tiny_dir / "raw/chat.en"), str(tiny_dir / "raw/chat.de"), fmt="marker")
     examples = []
     for doc in docs:
         for i in range(3, len(doc.src)):
@@ -333,12 +329,12 @@ def test_score_contrastive_cli_on_bawden(tiny_model, run_cli, tmp_path):
                              "--plot", tmp_path / "p.png")
     assert status == 0
     rep = json.loads((tmp_path / "r.json").read_text())
-    assert rep["examples"] == 200 and 0 <= rep["accuracy"] <= rep["accuracy_lenient"] <= 1
-    assert sum(g["examples"] for g in rep["by"]["type"].values()) == 200
+    assert rep["examples"] == 40 and 0 <= rep["accuracy"] <= rep["accuracy_lenient"] <= 1
+    assert sum(g["examples"] for g in rep["by"]["type"].values()) == 40
     lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
-    assert len(lines) == 200 and sum(x["right"] for x in lines) == rep["correct"]
+    assert len(lines) == 40 and sum(x["right"] for x in lines) == rep["correct"]
     assert "accuracy" in out and (tmp_path / "p.png").stat().st_size > 1000
-    assert "sees no target context" in out and "at most 50.50% here" in out and rep["source_only_ceiling"] == 0.505
+    assert "sees no target context" in out and "at most 50.00% here" in out and rep["source_only_ceiling"] == 0.5
     status, _, err = run_cli("score-contrastive", model, BAWDEN / "anaphora.json", "-q",
                              "--json", tmp_path / "r.json")
     assert status == 2 and "exists" in err                     # never overwritten without --force
@@ -351,8 +347,8 @@ def test_score_contrastive_cli_on_bawden(tiny_model, run_cli, tmp_path):
                              "--against", tmp_path / "s.jsonl", "--json", tmp_path / "r.json", "--force")
     assert status == 0 and "exact McNemar p = 1.000" in out
     t = json.loads((tmp_path / "r.json").read_text())["against"]
-    assert (t["only_a"], t["only_b"], t["delta"], t["examples"]) == (0, 0, 0.0, 200)
-    for bad, msg in [("{\n}", "not a per-example scores file"), ('{"right": true}', "1 examples, the suite has 200")]:
+    assert (t["only_a"], t["only_b"], t["delta"], t["examples"]) == (0, 0, 0.0, 40)
+    for bad, msg in [("{\n}", "not a per-example scores file"), ('{"right": true}', "1 examples, the suite has 40")]:
         (tmp_path / "bad.jsonl").write_text(bad)
         status, _, err = run_cli("score-contrastive", model, BAWDEN / "anaphora.json", "-q",
                                  "--against", tmp_path / "bad.jsonl")
@@ -371,7 +367,7 @@ def test_example_documents_align_contexts():
 
 @pytest.mark.slow
 def test_entropy_cli(tiny_dir, tiny_model, run_cli, tmp_path):
-    raw = tiny_dir / "raw/ted"
+    raw = tiny_dir / "raw/chat"
     status, out, _ = run_cli("entropy", tiny_model("gtransformer"), "--src", f"{raw}.en", "--ref", f"{raw}.de",
                              "-q", "--json", tmp_path / "e.json")
     assert status == 0 and "cross_global" in out
@@ -397,7 +393,7 @@ def test_attention_on_other_sentences(tiny_dir, tiny_model, name):
     share is the weight on the source's context sentences; the context encoder's is its gates'
     weight on the context, 1 - λ."""
     from docnmt.scoring import attention_entropy
-    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
+    docs = read_documents(str(tiny_dir / "raw/chat.en"), str(tiny_dir / "raw/chat.de"), fmt="marker")
     share = attention_entropy(Translator.load(tiny_model(name), device="cpu"), docs[:2])["context_share"]
     assert {"enc_self", "dec_self", "cross"} <= set(share)
     if name in ("sent2sent", "context"):
@@ -422,7 +418,7 @@ def test_group_format_sentence_model_puts_no_weight_on_other_sentences(tiny_dir)
     cfg, vocab = tiny_config("sent2sent").override({"data.separator": "group"}), Vocab.load(tiny_dir / "data")
     torch.manual_seed(0)
     tr = Translator(build_model(cfg, vocab), vocab, cfg)
-    doc = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")[0]
+    doc = read_documents(str(tiny_dir / "raw/chat.en"), str(tiny_dir / "raw/chat.de"), fmt="marker")[0]
     res = attention_entropy(tr, [Document(doc.docid, doc.src[:3], doc.tgt[:3])])
     assert res["instances"] == 3 and res["context_share"] == {"cross": 0.0, "dec_self": 0.0, "enc_self": 0.0}
 
@@ -430,7 +426,7 @@ def test_group_format_sentence_model_puts_no_weight_on_other_sentences(tiny_dir)
 @pytest.mark.slow
 def test_compare_two_models_and_a_file(tiny_dir, tiny_model, run_cli, tmp_path, monkeypatch):
     from docnmt.translate import Translator
-    raw = tiny_dir / "raw/ted"
+    raw = tiny_dir / "raw/chat"
     models = {name: tiny_model(name) for name in ("doc2doc", "doc2sent")}
     out = tmp_path / "cmp"
     loads, load = [], Translator.load
@@ -444,9 +440,9 @@ def test_compare_two_models_and_a_file(tiny_dir, tiny_model, run_cli, tmp_path, 
     assert res["baseline"] == "base" and set(res["systems"]) == {"base", "doc2doc"}
     boot = res["systems"]["doc2doc"]["bootstrap"]["d"]
     assert boot["n_samples"] == 50 and 0 < boot["p_value"] <= 1
-    assert res["systems"]["doc2doc"]["suites"]["anaphora"]["examples"] == 200
+    assert res["systems"]["doc2doc"]["suites"]["anaphora"]["examples"] == 40
     paired, acc = res["systems"]["doc2doc"]["suites_paired"]["anaphora"], res["systems"]["doc2doc"]["suites"]
-    assert paired["examples"] == 200 and 0 < paired["p_value"] <= 1
+    assert paired["examples"] == 40 and 0 < paired["p_value"] <= 1
     base_accuracy = res["systems"]["base"]["suites"]["anaphora"]["accuracy"]
     assert paired["delta"] == pytest.approx(acc["anaphora"]["accuracy"] - base_accuracy)
     assert "suites_paired" not in res["systems"]["base"]
@@ -494,7 +490,6 @@ def test_tcp_hand_worked_example():
     assert tcp([["x"] * 40 + ["a"]], [["w"] * 41], [[(20, ["a"])]], groups=(("A", 1),))["A"]["hits"] == 0
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_tcp_on_the_pdc_test_set():
     d = PDC / "doc"
     labels = read_labels(d / "en.candidates")
@@ -511,7 +506,6 @@ def test_tcp_on_the_pdc_test_set():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("shared_data")
 def test_evaluate_tcp_cli(run_cli, tmp_path):
     from docnmt.readers import write_marker
     docs = read_documents(str(PDC / "del/en"), fmt="blankline")

@@ -4,7 +4,7 @@ Fast tests check the architecture options of the one Transformer and the weight 
 ``transformers``. The slow ones build tiny randomly initialised models of every family with
 ``transformers`` (Marian with its source/target SentencePiece models, mBART-25 and mBART-50 with
 language codes, NLLB and M2M-100 with forced target-language tokens), tokenizers made from
-SentencePiece models trained here on ``../shared/data``, ``save_pretrained`` them and import them:
+SentencePiece models trained here on the bundled BConTrasT chats, ``save_pretrained`` them and import them:
 docnmt's logits, tokenisation and searches must equal transformers'.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from _tiny import SHARED, assert_incremental_equals_full
+from _tiny import assert_incremental_equals_full, chat_documents
 from docnmt.data import pad_batch
 from docnmt.errors import DocnmtError
 from docnmt.hf import interleaved_to_halves, permute_hidden, to_docnmt, to_hf
@@ -178,13 +178,9 @@ def test_init_from_a_hugging_face_directory_is_an_error(tmp_path, write_files):
 # Tiny Hugging Face models (slow: transformers, SentencePiece training, imports)
 # --------------------------------------------------------------------------------------------
 
-def _lines(path: Path) -> list[str]:
-    return [s.strip() for s in path.read_text(encoding="utf-8").splitlines() if s.strip() and s.strip() != "<d>"]
-
-
 def real_pairs() -> list[tuple[str, str]]:
-    """The 1,080 sentence pairs of TED valid (en-de)."""
-    return list(zip(_lines(SHARED / "ende/valid/ted.en"), _lines(SHARED / "ende/valid/ted.de")))
+    """The 1,902 turn pairs of the bundled BConTrasT dev chats (en-de)."""
+    return [pair for d in chat_documents("valid") for pair in zip(d.src, d.tgt)]
 
 
 def train_spm(texts: list[str], size: int, model_type: str) -> bytes:
@@ -271,7 +267,7 @@ def build_hf(family: str, out: Path, seed: int = 0) -> Path:
 
 
 @pytest.fixture(scope="session")
-def hf_model(shared_data, tmp_path_factory):
+def hf_model(tmp_path_factory):
     """``hf_model(family)`` -> (Hugging Face directory, docnmt directory it was imported into),
     built on first use."""
     pytest.importorskip("transformers")

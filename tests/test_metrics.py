@@ -1,24 +1,20 @@
-"""docnmt.metrics against SacreBLEU on real TED sentences (docs/methods/discourse.md#s-bleu-and-d-bleu)."""
+"""docnmt.metrics against SacreBLEU on real chat turns (the bundled BConTrasT dev chats)
+ (docs/methods/discourse.md#s-bleu-and-d-bleu)."""
 import string
 
 import pytest
 
 sacrebleu = pytest.importorskip("sacrebleu")
 
+from _tiny import chat_documents  # noqa: E402
 from docnmt.errors import DataError  # noqa: E402
 from docnmt.metrics import evaluate_documents, format_table, paired_bootstrap, strip_special  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def refs(shared_data):
-    docs = []
-    for line in (shared_data / "ende/valid/ted.de").read_text(encoding="utf-8").splitlines():
-        if line.strip() == "<d>":
-            if len(docs) == 3:
-                break
-            docs.append([])
-        elif docs:
-            docs[-1].append(line.strip())
+def refs():
+    # the German turns of at least 6 words of the first 3 dev chats (bad_system keeps 3 words of each)
+    docs = [[s for s in d.tgt if len(s.split()) >= 6] for d in chat_documents("valid")[:3]]
     assert len(docs) == 3 and all(docs)
     return docs
 
@@ -146,12 +142,13 @@ def test_format_table(hyps, refs):
 
 # ---- d-BLEU by document length (length-bias evaluation, docs/methods/length_bias.md) ----------
 
-def test_bleu_by_length_buckets_documents_and_scores_each_bucket(ted_valid):
+def test_bleu_by_length_buckets_documents_and_scores_each_bucket(chat_valid):
     from docnmt.metrics import bleu_by_length
-    docs = ted_valid[:6]
+    docs = chat_valid[:6]
     refs = [d.tgt for d in docs]
     hyps = [list(d.tgt) for d in docs]
-    hyps[0] = [s.upper() for s in hyps[0]]                           # one document cased differently
+    for k in (0, 5):                              # the first bucket's documents cased differently (chat turns
+        hyps[k] = [s.upper() for s in hyps[k]]    # have much punctuation: one of two keeps the bucket above 50)
     lengths = [10, 70, 70, 300, 5000, 20]
     rows = bleu_by_length(hyps, refs, lengths)
     assert [r["bucket"] for r in rows] == ["[0, 64)", "[64, 128)", "[256, 512)", "[4096, inf)"]
@@ -161,16 +158,16 @@ def test_bleu_by_length_buckets_documents_and_scores_each_bucket(ted_valid):
     assert rows[0]["mean_length"] == pytest.approx(15.0)
 
 
-def test_evaluate_by_length_cli_writes_table_json_and_plot(tmp_path, ted_docs, run_cli):
+def test_evaluate_by_length_cli_writes_table_json_and_plot(tmp_path, chat_docs, run_cli):
     import json
 
     from docnmt.readers import write_marker
-    write_marker(ted_docs, tmp_path / "src.en", "src")
-    write_marker(ted_docs, tmp_path / "ref.de", "tgt")
+    write_marker(chat_docs, tmp_path / "src.en", "src")
+    write_marker(chat_docs, tmp_path / "ref.de", "tgt")
     status, out, _ = run_cli("evaluate", "--hyp", tmp_path / "ref.de", "--ref", tmp_path / "ref.de", "--by-length",
                              "--src", tmp_path / "src.en", "--plot", tmp_path / "len.png",
                              "--json", tmp_path / "r.json")
     assert status == 0 and "d-BLEU by document length (source words)" in out
     rows = json.loads((tmp_path / "r.json").read_text())["by_length"]
-    assert sum(r["n_docs"] for r in rows) == len(ted_docs)
+    assert sum(r["n_docs"] for r in rows) == len(chat_docs)
     assert (tmp_path / "len.png").stat().st_size > 0

@@ -110,7 +110,7 @@ def _untrained(method: str, tiny_dir):
     mode, over = METHODS[method]
     cfg, vocab = tiny_config(mode).override(over), Vocab.load(tiny_dir / "data")
     torch.manual_seed(0)
-    return Translator(build_model(cfg, vocab), vocab, cfg), read_documents(str(tiny_dir / "raw" / "ted.en"))[:2], cfg
+    return Translator(build_model(cfg, vocab), vocab, cfg), read_documents(str(tiny_dir / "raw" / "chat.en"))[:2], cfg
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -145,8 +145,9 @@ def test_encoder_states_do_not_depend_on_the_batch_a_docflat_input_shares(method
 
 @pytest.mark.slow
 def test_probe_cli_on_real_documents(tiny_dir, tmp_path, run_cli):
-    Trainer(tiny_config("doc2doc", max_update=4), tiny_dir / "data", tmp_path / "m", progress_bar=False).train()
-    raw = tiny_dir / "raw" / "ted.en"
+    Trainer.from_dirs(tiny_config("doc2doc", max_update=4), tiny_dir / "data", tmp_path / "m",
+                      progress_bar=False).train()
+    raw = tiny_dir / "raw" / "chat.en"
     status, out, _ = run_cli("probe", tmp_path / "m", "--train", raw, "--valid", raw, "--test", raw,
                              "--out", tmp_path / "probe", "--lengths", "32", "64", "--max-examples", "2000",
                              "--max-epochs", "3")

@@ -36,12 +36,12 @@ def fake_probe(calls):
     return probe_model
 
 
-def test_own_length_probes_each_model_at_its_training_length(tiny_vocab, ted_docs, tmp_path, monkeypatch):
+def test_own_length_probes_each_model_at_its_training_length(tiny_vocab, chat_docs, tmp_path, monkeypatch):
     models = [model_dir(tmp_path / f"m{n}", tiny_vocab, max_tokens=n) for n in (64, 32)]
     calls = []
     monkeypatch.setattr(probe, "probe_model", fake_probe(calls))
     monkeypatch.setattr(probe, "plot", lambda *a, **k: [])
-    splits = {"train": ted_docs, "valid": ted_docs, "test": ted_docs}
+    splits = {"train": chat_docs, "valid": chat_docs, "test": chat_docs}
     out = probe.run([str(m) for m in models], splits, tmp_path / "out", probe.ProbeSettings(), [16], log=lambda m: None,
                     own_length=True)
     absolute = [c for c in calls if c[2] == ("absolute",)]
@@ -57,11 +57,11 @@ def test_own_length_probes_each_model_at_its_training_length(tiny_vocab, ted_doc
     assert "| model | m32 | m64 |" in md and "| accuracy | 0.032 | 0.064 |" in md      # sorted by length
 
 
-def test_one_model_at_other_lengths_says_so(tiny_vocab, ted_docs, tmp_path, monkeypatch):
+def test_one_model_at_other_lengths_says_so(tiny_vocab, chat_docs, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(probe, "probe_model", fake_probe(calls))
     monkeypatch.setattr(probe, "plot", lambda *a, **k: [])
-    splits = {"train": ted_docs, "valid": ted_docs, "test": ted_docs}
+    splits = {"train": chat_docs, "valid": chat_docs, "test": chat_docs}
     logged = []
     probe.run([str(model_dir(tmp_path / "m", tiny_vocab))], splits, tmp_path / "out", probe.ProbeSettings(), [16, 32],
               log=logged.append)
@@ -71,11 +71,11 @@ def test_one_model_at_other_lengths_says_so(tiny_vocab, ted_docs, tmp_path, monk
     assert "one model per length" in probe.ONE_MODEL                  # the caption points to the other setup
 
 
-def test_own_length_needs_models_trained_on_a_token_budget(tiny_vocab, ted_docs, tmp_path, monkeypatch):
+def test_own_length_needs_models_trained_on_a_token_budget(tiny_vocab, chat_docs, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(probe, "probe_model", fake_probe(calls))
     models = [model_dir(tmp_path / "doc", tiny_vocab), model_dir(tmp_path / "sent", tiny_vocab, mode="sent2sent")]
-    splits = {"train": ted_docs, "valid": ted_docs, "test": ted_docs}
+    splits = {"train": chat_docs, "valid": chat_docs, "test": chat_docs}
     with pytest.raises(DocnmtError, match="--own-length: sent was not trained on Doc2Doc instances"):
         probe.run([str(m) for m in models], splits, tmp_path / "out", probe.ProbeSettings(), own_length=True,
                   log=lambda m: None)
@@ -85,7 +85,7 @@ def test_own_length_needs_models_trained_on_a_token_budget(tiny_vocab, ted_docs,
 @pytest.mark.slow
 def test_probe_cli_one_model_per_length(tiny_vocab, tiny_dir, tmp_path, run_cli):
     models = [model_dir(tmp_path / f"len{n}", tiny_vocab, max_tokens=n) for n in (32, 64)]
-    raw = tiny_dir / "raw" / "ted.en"
+    raw = tiny_dir / "raw" / "chat.en"
     status, out, _ = run_cli("probe", *models, "--own-length", "--train", raw, "--valid", raw, "--test", raw,
                              "--out", tmp_path / "probe", "--max-examples", "500", "--max-epochs", "1")
     assert status == 0, out

@@ -22,7 +22,7 @@ def test_each_sentence_scored_once_in_its_own_instance(tiny_dir, tiny_model, nam
     """The last sentence's score equals the contrastive scorer's (the same sentence in the same
     context); a changed reference sentence changes its own score; every sentence has tokens."""
     tr = Translator.load(tiny_model(name), device="cpu")
-    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
+    docs = read_documents(str(tiny_dir / "raw/chat.en"), str(tiny_dir / "raw/chat.de"), fmt="marker")
     short = [Document(f"{k}", d.src[:4], d.tgt[:4]) for k, d in enumerate(docs[:2])]
     scores = document_logprobs(tr, short)
     assert [len(s) for s in scores] == [4, 4]
@@ -58,7 +58,7 @@ def test_probe_numbers_target_sentences_as_the_source_sentences_they_translate(t
     cfg, vocab = tiny_config(mode).override(over), Vocab.load(tiny_dir / "data")
     torch.manual_seed(0)
     tr = Translator(build_model(cfg, vocab), vocab, cfg)
-    doc = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")[0]
+    doc = read_documents(str(tiny_dir / "raw/chat.en"), str(tiny_dir / "raw/chat.de"), fmt="marker")[0]
     corpus = Corpus.encode([Document(doc.docid, doc.src[:8], doc.tgt[:8])], vocab)
     rows = build_instances(corpus, cfg.data, training=False)
     seen = 0
@@ -84,7 +84,7 @@ def test_context_usage_is_zero_without_context_and_measured_with_it(tiny_dir, ti
     the same alone, and every document model's scores move somewhere; the totals are the
     per-sentence triples summed; every format counts a sentence's word pieces, nothing else."""
     tr = Translator.load(tiny_model(name), device="cpu")
-    docs = read_documents(str(tiny_dir / "raw/ted.en"), str(tiny_dir / "raw/ted.de"), fmt="marker")
+    docs = read_documents(str(tiny_dir / "raw/chat.en"), str(tiny_dir / "raw/chat.de"), fmt="marker")
     short = [Document(f"{k}", d.src[:4], d.tgt[:4]) for k, d in enumerate(docs[:3])]
     usage = context_usage(tr, short)
     triples = [t for doc in usage["documents"] for t in doc]
@@ -111,7 +111,7 @@ def test_context_usage_is_zero_without_context_and_measured_with_it(tiny_dir, ti
 @pytest.mark.slow
 def test_score_cxmi_columns_and_summary(tiny_dir, tiny_model, run_cli, tmp_path):
     model, raw = tiny_model("doc2sent"), tiny_dir / "raw"
-    args = ("score", str(model), "--src", str(raw / "ted.en"), "--ref", str(raw / "ted.de"))
+    args = ("score", str(model), "--src", str(raw / "chat.en"), "--ref", str(raw / "chat.de"))
     status, plain, _ = run_cli(*args)
     status2, out, err = run_cli(*args, "--cxmi")
     assert status == status2 == 0
@@ -137,19 +137,20 @@ def test_score_cxmi_columns_and_summary(tiny_dir, tiny_model, run_cli, tmp_path)
 @pytest.mark.slow
 def test_score_command_tsv_and_jsonl(tiny_dir, tiny_model, run_cli, tmp_path):
     model, raw = tiny_model("doc2doc"), tiny_dir / "raw"
-    status, out, err = run_cli("score", str(model), "--src", str(raw / "ted.en"), "--ref", str(raw / "ted.de"))
+    status, out, err = run_cli("score", str(model), "--src", str(raw / "chat.en"), "--ref", str(raw / "chat.de"))
     assert status == 0
     rows = [line.split("\t") for line in out.splitlines()]
     assert rows[0] == ["document", "sentence", "logprob", "tokens", "nll_per_token"]
     sent_rows = [r for r in rows[1:] if r[1] != "*"]
     doc_rows = [r for r in rows[1:] if r[1] == "*"]
-    n_docs, n_sents = len(read_documents(str(raw / "ted.en"))), sum(len(d) for d in read_documents(str(raw / "ted.en")))
+    docs = read_documents(str(raw / "chat.en"))
+    n_docs, n_sents = len(docs), sum(len(d) for d in docs)
     assert len(doc_rows) == n_docs and len(sent_rows) == n_sents
     first_doc = [r for r in sent_rows if r[0] == doc_rows[0][0]]
     assert float(doc_rows[0][2]) == pytest.approx(sum(float(r[2]) for r in first_doc), abs=1e-3)
     assert int(doc_rows[0][3]) == sum(int(r[3]) for r in first_doc)
     assert "nats/token" in err and "perplexity" in err
-    status, _, _ = run_cli("score", str(model), "--src", str(raw / "ted.en"), "--ref", str(raw / "ted.de"),
+    status, _, _ = run_cli("score", str(model), "--src", str(raw / "chat.en"), "--ref", str(raw / "chat.de"),
                            "--output-format", "jsonl", "-o", str(tmp_path / "s.jsonl"))
     objs = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert status == 0 and len(objs) == n_docs
@@ -160,7 +161,7 @@ def test_score_command_tsv_and_jsonl(tiny_dir, tiny_model, run_cli, tmp_path):
 @pytest.mark.slow
 def test_translate_print_scores_and_nbest_plain_output(tiny_dir, tiny_model, run_cli, tmp_path):
     model, raw = tiny_model("sent2sent"), tiny_dir / "raw"
-    docs = read_documents(str(raw / "ted.en"))[:2]
+    docs = read_documents(str(raw / "chat.en"))[:2]
     src = tmp_path / "in.en"
     src.write_text("".join("<d>\n" + "".join(s + "\n" for s in d.src[:3]) for d in docs), encoding="utf-8")
     status, plain, _ = run_cli("translate", str(model), "-i", str(src), "--beam", "2", "-q")
@@ -221,7 +222,7 @@ def test_translate_from_a_pipe_writes_each_document_as_soon_as_it_is_complete(na
 
     from docnmt.cli import main
     model = tiny_model(name)
-    docs = read_documents(str(tiny_dir / "raw/ted.en"))[:2]
+    docs = read_documents(str(tiny_dir / "raw/chat.en"))[:2]
     lines = ["<d>\n", *(s + "\n" for s in docs[0].src[:3]), "<d>\n", *(s + "\n" for s in docs[1].src[:2])]
     out = io.StringIO()
     pipe = Pipe(lines, out)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from _tiny import SHARED
+from _tiny import chat_documents
 from docnmt.readers import read_documents
 from docnmt.search import SearchConfig, beam_search, output_limit
 from docnmt.translate import Translator
@@ -10,13 +10,13 @@ from docnmt.translate import Translator
 
 @pytest.fixture(scope="module")
 def trained(tiny_model):
-    """A tiny sent2sent model trained briefly (40 updates) on real TED text, and its translator."""
+    """A tiny sent2sent model trained briefly (40 updates) on real chats, and its translator."""
     path = tiny_model("sent2sent")
     return Translator.load(path, device="cpu"), path
 
 
 def sources(translator, n=6):
-    docs = read_documents(str(SHARED / "ende/valid/ted.en"), fmt="marker")
+    docs = chat_documents(target=False)
     sents = [s for s in docs[0].src[:n]]
     ids = [translator.vocab.encode(s)[:20] + [translator.vocab.eos] for s in sents]
     width = max(map(len, ids))
@@ -201,7 +201,7 @@ def test_no_repeat_ngram_in_beam_search_and_translate(trained, monkeypatch):
         searched.extend(h.tokens for hyps in out for h in hyps)
         return out
     monkeypatch.setattr(translate_module, "beam_search", spy)
-    docs = read_documents(str(SHARED / "ende/valid/ted.en"), fmt="marker")[:1]
+    docs = chat_documents(target=False)[:1]
     tr.translate(docs, replace(tr.cfg.decode, no_repeat_ngram_size=2, max_len_b=40))
     assert searched and all(not repeats(t, 2, words) for t in searched)
 
@@ -210,7 +210,7 @@ def test_no_repeat_ngram_in_beam_search_and_translate(trained, monkeypatch):
 @pytest.mark.parametrize("mode", ["doc2sent", "doc2doc"])
 def test_translate_walk_returns_one_line_per_sentence(tiny_dir, tiny_model, mode):
     tr = Translator.load(tiny_model(mode), device="cpu")              # the shared doc2sent / doc2doc model
-    docs = read_documents(str(tiny_dir / "raw/ted.en"), fmt="marker")[:2]
+    docs = read_documents(str(tiny_dir / "raw/chat.en"), fmt="marker")[:2]
     out, report = tr.translate(docs)
     assert [len(d.tgt) for d in out] == [len(d.src) for d in docs]
     assert report.sentences == sum(len(d.src) for d in docs)
@@ -278,7 +278,7 @@ def test_translation_gives_each_instance_max_len_b_per_sentence(tiny_model, monk
         seen.extend(sentences.tolist())
         return beam_search(*args, sentences=sentences, **kw)
     monkeypatch.setattr(translate_module, "beam_search", spy)
-    docs = read_documents(str(SHARED / "ende/valid/ted.en"), fmt="marker")[:2]
+    docs = chat_documents(target=False)[:2]
     docs = [d.src[:7] for d in docs]
     tr.translate(docs, SearchConfig(beam=1, max_len_b=2))
     if per_instance is None:

@@ -520,7 +520,7 @@ def test_real_server_translates_as_docnmt_translate_does(server, tiny_dir, run_c
     url, models, _ = server
     """Each request as ``docnmt translate`` translates the same input: a document alone (DocFlat looks
     across its batch, so there the file's two documents translate differently together)."""
-    docs = documents(tiny_dir / "raw/ted.en", 2, 4)        # under the test limits together (the file)
+    docs = documents(tiny_dir / "raw/chat.en", 2, 4)        # under the test limits together (the file)
     alone = [cli_translations(run_cli, models[name], [d], tmp_path / str(k), *SHORT)[0] for k, d in enumerate(docs)]
     cli_translations(run_cli, models[name], docs, tmp_path, *SHORT)
     with client_of(url) as client:
@@ -541,7 +541,7 @@ def test_real_server_translates_as_docnmt_translate_does(server, tiny_dir, run_c
 @pytest.mark.slow
 def test_real_server_answers_50_requests_from_10_clients_batched(server, tiny_dir, run_cli, tmp_path):
     url, models, _ = server
-    docs = documents(tiny_dir / "raw/ted.en", 50, 3)
+    docs = documents(tiny_dir / "raw/chat.en", 50, 3)
     expected = cli_translations(run_cli, models["doc2doc"], docs, tmp_path, *SHORT)
     with client_of(url) as client:
         before = client.get("/metrics").json()

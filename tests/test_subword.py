@@ -19,14 +19,14 @@ from docnmt.subword import MosesBPEVocab  # noqa: E402
 from docnmt.translate import Translator  # noqa: E402
 from docnmt.vocab import DEFAULT_MAX_SEP, Vocab  # noqa: E402
 
-N_PAIRS, MERGES = 300, 2000
+N_PAIRS, MERGES = 800, 2000       # 800 chat turns: about the words of 300 TED sentences
 SIDES = (("src", "en"), ("tgt", "de"))
 
 
 @pytest.fixture(scope="module")
-def pairs(ted_valid):
-    """The first 300 sentence pairs of TED valid: {"src": [...], "tgt": [...]}."""
-    return {side: [s for d in ted_valid for s in getattr(d, side)][:N_PAIRS] for side, _ in SIDES}
+def pairs(chat_valid):
+    """The first 800 turn pairs of the bundled dev chats: {"src": [...], "tgt": [...]}."""
+    return {side: [s for d in chat_valid for s in getattr(d, side)][:N_PAIRS] for side, _ in SIDES}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_training_is_deterministic(pairs):
 
 
 @pytest.mark.parametrize("side,lang", SIDES)
-def test_round_trip_reproduces_moses_normalisation(bpe, pairs, ted_valid, side, lang):
+def test_round_trip_reproduces_moses_normalisation(bpe, pairs, chat_valid, side, lang):
     seen = pairs[side]
     ids = bpe.encode_batch(seen, side)
     assert all(4 <= i < bpe.n_pieces for sent in ids for i in sent), "training text has no unknown subwords"
@@ -70,7 +70,7 @@ def test_round_trip_reproduces_moses_normalisation(bpe, pairs, ted_valid, side, 
     assert len(identity) > 0.9 * len(seen)
     assert all(decoded[k] == seen[k] for k in identity)
     # unseen text: characters never seen in training become <unk> (dropped on decoding); the rest round-trips
-    held_out = [s for d in ted_valid for s in getattr(d, side)][N_PAIRS:N_PAIRS + 200]
+    held_out = [s for d in chat_valid for s in getattr(d, side)][N_PAIRS:N_PAIRS + 200]
     ids = bpe.encode_batch(held_out, side)
     assert sum(i.count(bpe.unk) for i in ids) < 0.02 * sum(map(len, ids))
     known = [k for k, i in enumerate(ids) if bpe.unk not in i]
@@ -87,10 +87,10 @@ def test_sides_use_their_language(bpe):
 
 
 def test_continuation_markers(bpe, pairs):
-    ids = bpe.encode("Kinderzimmer", "tgt")
+    ids = bpe.encode("Autowerkstatt", "tgt")
     pieces = [bpe.piece(i) for i in ids]
     assert len(pieces) > 1 and all(p.endswith("@@") for p in pieces[:-1]) and not pieces[-1].endswith("@@")
-    assert bpe.decode(ids) == "Kinderzimmer"
+    assert bpe.decode(ids) == "Autowerkstatt"
     assert bpe.decode(ids[:-1]) == "".join(p[:-2] for p in pieces[:-1])  # a dangling continuation
     split = [i for s in pairs["tgt"] for i in bpe.encode(s, "tgt") if bpe.piece(i).endswith("@@")]
     assert split and not any("@@" in bpe.decode(bpe.encode(s, "tgt")) for s in pairs["tgt"])
@@ -102,9 +102,9 @@ def test_unknown_and_special_symbols(bpe):
     assert v.unk in ids and v.decode(ids) == "Schnee fällt"
     typed = v.encode("<sep1> <mask> <eod> <s> </s> <pad> <unk>")
     assert all(i == v.unk or 4 <= i < v.n_pieces for i in typed), "text never yields docnmt's symbols"
-    ids = v.encode("Das ist mein Kinderzimmer.", "tgt")
+    ids = v.encode("Das ist meine Autowerkstatt.", "tgt")
     noisy = [v.bos, *ids[:2], v.id("<sep1>"), v.id("<mask>"), *ids[2:], v.id("<eod>"), v.eos, v.pad]
-    assert v.decode(noisy) == v.decode(ids) == "Das ist mein Kinderzimmer."
+    assert v.decode(noisy) == v.decode(ids) == "Das ist meine Autowerkstatt."
     assert v.decode([]) == ""
 
 
@@ -129,13 +129,13 @@ def test_missing_extra_is_a_config_error(bpe, tmp_path, monkeypatch):
         Vocab.load(tmp_path)
 
 
-def test_spm_vocab_json_names_its_backend_and_loads_without_it(tiny_vocab, ted_docs, tmp_path):
+def test_spm_vocab_json_names_its_backend_and_loads_without_it(tiny_vocab, chat_docs, tmp_path):
     tiny_vocab.save(tmp_path)
     meta = json.loads((tmp_path / "vocab.json").read_text())
     assert meta.pop("backend") == "spm"
     (tmp_path / "vocab.json").write_text(json.dumps(meta))  # written before the key existed
     loaded = Vocab.load(tmp_path)
-    texts = ted_docs[0].tgt
+    texts = chat_docs[0].tgt
     assert type(loaded) is Vocab and loaded.encode_batch(texts, "tgt") == tiny_vocab.encode_batch(texts)
 
 
@@ -150,9 +150,8 @@ def test_translation_detokenises_as_the_target_language(bpe, monkeypatch):
     assert sides and set(sides) == {"tgt"}
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_prepare_with_moses_bpe(tmp_path):
-    prefix = tiny_corpus_files(tmp_path / "raw", n_docs=3, max_sents=100)
+    prefix = tiny_corpus_files(tmp_path / "raw")                          # 12 chats, 260 turns
     dest = tmp_path / "data-bin"
     stats = prepare(dest, "en", "de", [str(prefix)], [str(prefix)], log=lambda m: None,
                     subword="moses-bpe", bpe_merges=500)
@@ -169,7 +168,6 @@ def test_prepare_with_moses_bpe(tmp_path):
     assert vocab.decode(corpus.tgt[0]) == normalised(first, "de")
 
 
-@pytest.mark.usefixtures("shared_data")
 def test_cli_switches_subword_model_with_force(tmp_path, run_cli, capsys):
     prefix = tiny_corpus_files(tmp_path / "raw", n_docs=1, max_sents=60)
     dest = tmp_path / "data-bin"

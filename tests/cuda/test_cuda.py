@@ -198,7 +198,7 @@ def test_batched_equals_unbatched_decoding_fp32(name, tiny_model, tiny_dir, devi
     from docnmt.readers import read_documents
     from docnmt.translate import Translator
     tr = Translator.load(tiny_model(name), device=str(device))
-    docs = read_documents(str(tiny_dir / "raw/ted.en"), fmt="marker")[:3]
+    docs = read_documents(str(tiny_dir / "raw/chat.en"), fmt="marker")[:3]
     for d in docs:
         d.src = d.src[:10]
     cfg = tr.cfg.decode.__class__(**{**vars(tr.cfg.decode), "beam": 4, "precision": "fp32", "max_sentences": 16})

@@ -16,7 +16,7 @@ TINY = ["--arch", "transformer_tiny", "--set", "model.d_model=32", "--set", "mod
 
 
 @pytest.fixture(scope="module")
-def run(shared_data, tmp_path_factory):
+def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     prefix = tiny_corpus_files(root / "raw")
     assert main(["prepare", "-s", "en", "-t", "de", "--trainpref", str(prefix), "--validpref", str(prefix),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _tiny import SHARED, tiny_corpus_files
+from _tiny import DATA, tiny_corpus_files
 from conftest import DOCFLAT
 
 pytest.importorskip("transformers")
@@ -29,7 +29,7 @@ TRAIN = {"train.max_tokens": 700, "train.max_update": 2, "train.max_epoch": 0, "
 
 
 @pytest.fixture(scope="module")
-def setup(shared_data, tmp_path_factory, run_cli_module):
+def setup(tmp_path_factory, run_cli_module):
     """(imported model, prepared data, raw corpus prefix)."""
     from test_hf import LANGS, build_hf
     root = tmp_path_factory.mktemp("pretrained")
@@ -126,7 +126,7 @@ def test_the_recipe_presets_and_commands(setup, tmp_path, run_cli_module):
         assert status == 0, err
     status, out, err = run_cli_module("compare", imported, tmp_path / "gt", "--src", f"{raw}.en", "--ref", f"{raw}.de",
                                       "--out", tmp_path / "compare", "--bootstrap-samples", "10", "-q",
-                                      "--suite", SHARED / "enfr/suites/scat_yin2021_enfr", "--suite-format", "scat")
+                                      "--suite", DATA / "enfr/suites/scat_yin2021_enfr", "--suite-format", "scat")
     assert status == 0 and "d-BLEU" in out, err
 
 

@@ -207,7 +207,7 @@ def test_two_step_training_changes_only_the_new_parameters(tiny_dir, tiny_model,
         else:
             assert not torch.equal(after[n], before[n]), n                  # new: trained
     assert any("context_encoder" in n for n in before if n not in tr.pretrained)
-    translate_checked(tmp_path / "ctx", tiny_dir / "raw/ted.en", 6)
+    translate_checked(tmp_path / "ctx", tiny_dir / "raw/chat.en", 6)
 
 
 def test_sentence_pairs_mixed_into_step_2_get_their_own_source_as_context(tiny_vocab, tmp_path):

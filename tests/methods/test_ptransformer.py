@@ -221,8 +221,8 @@ def test_train_and_translate_documents(tiny_dir, tmp_path):
     data = tiny_dir / "data"
     cfg = tiny_config("doc2doc", max_update=6).override({"method.name": "ptransformer",
                                                          "data.max_instance_tokens": 160})
-    Trainer(cfg, data, tmp_path / "m", progress_bar=False).train()
-    translate_checked(tmp_path / "m", tiny_dir / "raw/ted.en", 10)
+    Trainer.from_dirs(cfg, data, tmp_path / "m", progress_bar=False).train()
+    translate_checked(tmp_path / "m", tiny_dir / "raw/chat.en", 10)
 
 
 def test_blocked_relative_attention_in_bf16():
