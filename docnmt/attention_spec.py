@@ -188,17 +188,33 @@ class AttnSpec:
         return _any([m for m in (p.dense(n_q, n_k, device) for p in self.parts) if m is not None])
 
     def mask_mod(self, B: int, n_q: int, n_k: int, device) -> MaskMod | None:
-        """Every part as one FlexAttention mask_mod, or None when a part has none."""
-        mods = [p.mask_mod(B, n_q, n_k, device) for p in self.parts]
-        if not mods or any(m is None for m in mods):
+        """Every part as one FlexAttention mask_mod, or None when a part has none.
+
+        The core's key padding, causality and group tags always enter in one fixed form (tags,
+        key mask and causal bound as tensors, neutral where the spec has no such part), other
+        parts through their own mask_mod: ``torch.compile`` compiles the block mask once per form,
+        and a form per combination of parts (group, causal group, cross) used up its recompile
+        limit (``test_compiled_flex_attention_compiles_once_for_every_kind_and_length``)."""
+        key_ok = torch.ones(B, n_k, dtype=torch.bool, device=device)
+        bound = torch.tensor(n_k, device=device)               # no causal part: every key
+        q_tags = torch.zeros(B, n_q, dtype=torch.long, device=device)   # tag 0: every key
+        k_tags = torch.zeros(B, n_k, dtype=torch.long, device=device)
+        others, grouped = [], False
+        for p in self.parts:
+            if type(p) is Mask and p.visible is None and p.key_level:
+                key_ok = key_ok & ~p.blocked.expand(B, 1, 1, n_k)[:, 0, 0]
+            elif type(p) is Causal:
+                bound = torch.tensor(n_k - n_q, device=device)
+            elif type(p) is Groups and not grouped:
+                q_tags, k_tags, grouped = p.q_tags, p.k_tags, True
+            else:
+                others.append(p.mask_mod(B, n_q, n_k, device))
+        if any(m is None for m in others):
             return None
-        if len(mods) == 1:
-            return mods[0]
-        first, rest = mods[0], mods[1:]
 
         def allowed(b, h, i, j):
-            out = first(b, h, i, j)
-            for m in rest:
+            out = ((q_tags[b, i] == k_tags[b, j]) | (q_tags[b, i] == 0)) & key_ok[b, j] & (j <= i + bound)
+            for m in others:
                 out = out & m(b, h, i, j)
             return out
         return allowed
