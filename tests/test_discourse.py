@@ -20,6 +20,7 @@ from docnmt.contrastive import (
     score_examples,
     source_only_ceiling,
 )
+from docnmt.decoder_state import DecoderCache
 from docnmt.document import Document
 from docnmt.errors import DataError
 from docnmt.readers import read_documents
@@ -249,7 +250,7 @@ def incremental_score(tr: Translator, doc: Document, prefill: bool = False) -> f
     tgt_in, labels = joiner.decoder_io(targets, first)
     src = torch.as_tensor(joiner.source(src_sents, first), dtype=torch.long)[None]
     tgt_in = torch.as_tensor(tgt_in, dtype=torch.long)[None]
-    total, cache = 0.0, {}
+    total, cache = 0.0, DecoderCache()
     with torch.no_grad():
         memory = model.encode(src, **inputs)
         for t in range(len(prefix) if prefill else 0, tgt_in.size(1)):

@@ -141,44 +141,26 @@ def test_device_random_state_helpers_use_the_cuda_generator_of_a_cuda_device(mon
     assert calls == [("get", gpu), ("set", "state", gpu)]
 
 
-def test_cudnn_attention_is_off_unless_the_config_asks_for_it(data, tmp_path):
-    """cuDNN's fused attention plans every new input shape anew (tenths of a second on a GPU), so a
-    trainer and a translator switch SDPA off it unless ``train.cudnn_attention`` is set (the switch
-    is process-wide and exists on CPU builds too, where it changes no kernel)."""
+def test_attention_settings_follow_each_models_config_not_the_process(data, tmp_path):
+    """``train.flex_attention`` (off for short GPU runs, where compiling FlexAttention in every
+    process costs more than it saves) and ``train.cudnn_attention`` (cuDNN's fused attention plans
+    every new input shape anew, so it is off unless asked for) reach a trainer's model and a
+    translator's model from the model directory's config, and stay that model's: two translators
+    in one process (``docnmt serve a=… b=…``) keep their own, in every attention module."""
+    from docnmt.attention import AttentionSettings, MultiheadAttention
     from docnmt.translate import load
-    before = torch.backends.cuda.cudnn_sdp_enabled()
-    try:
-        torch.backends.cuda.enable_cudnn_sdp(True)
-        Trainer.from_dirs(tiny_config(max_update=1), data, tmp_path / "m", progress_bar=False).train()
-        assert not torch.backends.cuda.cudnn_sdp_enabled()
-        torch.backends.cuda.enable_cudnn_sdp(True)
-        load(tmp_path / "m", device="cpu")
-        assert not torch.backends.cuda.cudnn_sdp_enabled()
-        Trainer.from_dirs(tiny_config(max_update=1).override({"train.cudnn_attention": True}), data, tmp_path / "on",
-                          progress_bar=False)
-        assert torch.backends.cuda.cudnn_sdp_enabled()
-    finally:
-        torch.backends.cuda.enable_cudnn_sdp(before)
-
-
-def test_flex_attention_follows_the_config_of_the_last_trainer_or_translator(data, tmp_path):
-    """``train.flex_attention: false`` (for short GPU runs, where compiling FlexAttention in every
-    process costs more than it saves) reaches the attention dispatch through a trainer, and through
-    a translator from the model directory's config."""
-    from docnmt import attention
-    from docnmt.translate import load
-    try:
-        Trainer.from_dirs(tiny_config(max_update=1).override({"train.flex_attention": False}), data, tmp_path / "off",
-                          progress_bar=False).train()
-        assert not attention._FLEX["enabled"]
-        Trainer.from_dirs(tiny_config(max_update=1), data, tmp_path / "on", progress_bar=False).train()
-        assert attention._FLEX["enabled"]
-        load(tmp_path / "off", device="cpu")
-        assert not attention._FLEX["enabled"]
-        load(tmp_path / "on", device="cpu")
-        assert attention._FLEX["enabled"]
-    finally:
-        attention.use_flex_attention(True)
+    off = Trainer.from_dirs(tiny_config(max_update=1).override({"train.flex_attention": False,
+                                                                 "train.cudnn_attention": True}),
+                            data, tmp_path / "off", progress_bar=False)
+    assert off.model.attention_settings == AttentionSettings(flex=False, cudnn=True)
+    off.train()
+    Trainer.from_dirs(tiny_config(max_update=1), data, tmp_path / "on", progress_bar=False).train()
+    a, b = load(tmp_path / "off", device="cpu"), load(tmp_path / "on", device="cpu")
+    assert a.model.attention_settings == AttentionSettings(flex=False, cudnn=True)
+    assert b.model.attention_settings == AttentionSettings(flex=True, cudnn=False)
+    for tr in (a, b):
+        mods = [m for m in tr.model.modules() if isinstance(m, MultiheadAttention)]
+        assert mods and all(m.settings == tr.model.attention_settings for m in mods)
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ import torch
 
 from _tiny import assert_incremental_equals_full
 from docnmt import attention
-from docnmt.attention import AttnSpec, attention_flex, attention_reference
+from docnmt.attention import AttentionSettings, AttnSpec, attention_flex, attention_reference
 from docnmt.checkpoint import LOCK
 from docnmt.config import Config, preset_names
 from docnmt.model import ModelConfig
@@ -122,16 +122,13 @@ def test_group_attention_without_flex_equals_the_reference_forward_and_backward(
     grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(device, dtype)
     grad[:, :, ~rows] = 0
     results = []
-    try:
-        attention.use_flex_attention(False)
-        for fn in (attention.attention_sdpa, attention_reference):
-            out = fn(q, k, v, AttnSpec(**{f: getattr(spec, f) for f in ("mask", "groups", "is_causal")}))
-            out.backward(grad)
-            results.append((out.detach().float(), *(t.grad.float() for t in (q, k, v))))
-            for t in (q, k, v):
-                t.grad = None
-    finally:
-        attention.use_flex_attention(True)
+    for fn in (attention.attention_sdpa, attention_reference):
+        out = fn(q, k, v, AttnSpec(**{f: getattr(spec, f) for f in ("mask", "groups", "is_causal")}),
+                 settings=AttentionSettings(flex=False))
+        out.backward(grad)
+        results.append((out.detach().float(), *(t.grad.float() for t in (q, k, v))))
+        for t in (q, k, v):
+            t.grad = None
     for name, got, want in zip(("out", "dq", "dk", "dv"), *results):
         if name in ("out", "dq"):
             got, want = got[:, :, rows], want[:, :, rows]
@@ -273,13 +270,13 @@ def test_torchrun_trains_is_killed_and_resumes_with_the_same_losses(tiny_dir, tm
 
 @pytest.mark.parametrize("preset", preset_names())
 def test_every_preset_trains_ten_bf16_updates_with_finite_falling_loss(preset, device, tiny_dir, tmp_path):
-    from docnmt.train import Trainer
+    from docnmt.training import Trainer
     over = {"train.precision": "bf16", "train.warmup_updates": 1, "train.lr": 5e-4, "train.max_tokens": 1200,
             "train.freeze_pretrained": False, "train.word_dropout": 0.0}
     if not ON_GPU:          # the CPU dry run: the preset's structure at a tiny width
         over.update({"model.d_model": 32, "model.ffn_dim": 64, "model.heads": 2, "train.max_tokens": 400})
     cfg = Config.load(preset).override(over)
-    trainer = Trainer(cfg, tiny_dir / "data", tmp_path / "m", progress_bar=False)
+    trainer = Trainer.from_dirs(cfg, tiny_dir / "data", tmp_path / "m", progress_bar=False)
     assert trainer.device.type == device.type and trainer.amp_dtype == torch.bfloat16
     batch = trainer.collate(trainer.epoch_batches(1)[0], 1, 0)
     losses = [trainer.update([batch])[0] for _ in range(10)]
