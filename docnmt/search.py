@@ -103,14 +103,8 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     ``max_len`` (B,) replaces that limit; ``inputs`` are the model's other inputs (a context batch)."""
     B, K, device = src.size(0), cfg.beam, src.device
     enc = model.encode(src, **(inputs or {}))
-    src_len = (~enc.pad).sum(1)
-    pre_len = torch.tensor([len(p) for p in prefix] if prefix else [0] * B, device=device)
-    if max_len is None:
-        max_len = output_limit(src_len, cfg, sentences)
-    # not capped at the training positions: the sinusoidal table grows, and a whole document
-    # (G-Transformer's frame, --max-instance-tokens 0) may need more target positions than that
-    max_len = torch.maximum(max_len.to(device) + pre_len, pre_len + 1)   # room for a forced prefix
-    forced = _prefix_tensor(prefix, B, device)
+    rules = _Rules.of(cfg, eos, (~enc.pad).sum(1), prefix, processors, banned, max_len, sentences)
+    pre_len, max_len, forced = rules.pre_len, rules.max_len, rules.forced
 
     tokens = torch.as_tensor(bos, dtype=torch.long, device=device).expand(B).repeat_interleave(K)[:, None]
     scores = torch.full((B, K), float("-inf"), device=device)
@@ -118,7 +112,6 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     cache = DecoderCache()
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     alive = torch.arange(B, device=device)                            # sentences still searched
-    banned_t = torch.tensor(sorted(set(banned) - {eos}), dtype=torch.long, device=device)
 
     # the forced prefix all rows share in length (the shortest) goes through the decoder in one
     # pass: the same states as step by step (it is forced at no cost), without a step per token;
@@ -132,52 +125,14 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     for step in range(start, int(max_len.max()) + 1):
         n = alive.numel()
         hidden = model.decode(tokens, enc, cache)[:, -1]
-        row_sent = alive.repeat_interleave(K)
-        lprobs = _next_lprobs(model, hidden, step < pre_len[row_sent])
-        eos_lprob = lprobs[:, eos].clone()        # what ending costs when the length limit forces it
-        lprobs[:, banned_t] = float("-inf")
-        lim = max_len[row_sent]
-        for proc in processors:
-            proc(step, tokens, lprobs, row_sent, lim)
-        lprobs[pre_len[row_sent] + cfg.min_len > step, eos] = float("-inf")
-        at_max = step >= lim
-        if at_max.any():
-            lprobs[at_max] = float("-inf")
-            lprobs[at_max, eos] = eos_lprob[at_max]
-        if forced is not None:
-            _force_prefix(lprobs, forced[row_sent], step)
+        lprobs = rules.next_lprobs(model, hidden, tokens, step, alive.repeat_interleave(K))
         V = lprobs.size(1)
         cand = (scores[:, :, None] + lprobs.view(n, K, V)).view(n, K * V)
         top_scores, top_idx = cand.topk(2 * K, dim=1)
         top_beam, top_tok = top_idx // V, top_idx % V
-        # an end token forced by the prefix (a context sentence's </s>) ends nothing
-        ends = (top_tok == eos) & (step >= pre_len[alive])[:, None]
-        is_eos = ends & torch.isfinite(top_scores)
-        # finalise hypotheses that end here (only among the K best candidates, as fairseq does)
-        is_eos[:, K:] = False
-        if is_eos.any():
-            length = (step + 1 - pre_len[alive]).clamp(min=1).float()      # generated tokens, </s> included
-            norm = top_scores / length_penalty(length, cfg)[:, None]
-            for i, j in is_eos.nonzero().tolist():
-                s = int(alive[i])
-                if len(finished[s]) < K:
-                    base = (i * K + int(top_beam[i, j]))
-                    hyp = tokens[base, 1 + int(pre_len[s]):].tolist()
-                    finished[s].append(Hypothesis(hyp, float(norm[i, j])))
-        # continue with the K best candidates that did not end
-        cont_scores = top_scores.masked_fill(ends, float("-inf"))
-        cont_scores, pick = cont_scores.topk(K, dim=1)
-        done = torch.tensor([len(finished[int(s)]) >= K for s in alive], device=device)
-        done |= ~torch.isfinite(cont_scores).any(1)
-        src_rows = (torch.arange(n, device=device)[:, None] * K + top_beam.gather(1, pick))
-        new_tok = top_tok.gather(1, pick)
-        # ranks left without a finite candidate (while a prefix is forced, all but rank 0) repeat
-        # rank 0 rather than carry arbitrary tokens: they can never win, but models whose rows
-        # see each other (DocFlat's decoder FBA, rank r of every input: docs/methods/docflat.md#df-beams)
-        # attend to them
-        dead = ~torch.isfinite(cont_scores)
-        src_rows = torch.where(dead, src_rows[:, :1], src_rows)
-        new_tok = torch.where(dead, new_tok[:, :1], new_tok)
+        ends = rules.finish(finished, tokens, alive, step, top_scores, top_beam, top_tok)
+        cont_scores, src_rows, new_tok, done = _continuations(top_scores, top_beam, top_tok, ends, K)
+        done |= torch.tensor([len(finished[int(s)]) >= K for s in alive], device=device)
         keep = (~done).nonzero().squeeze(1)
         if keep.numel() == 0:
             break
@@ -191,6 +146,87 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
             enc = enc.select(static)
         cache.reorder(order, static, K)
     return [sorted(f, key=lambda h: -h.score)[: cfg.nbest] for f in finished]
+
+
+class _Rules:
+    """What stays fixed during one search, and the two steps that apply it: the next token's
+    log-probabilities under the constraints, and the hypotheses that end."""
+
+    def __init__(self, cfg: SearchConfig, eos: int, pre_len: Tensor, max_len: Tensor, forced: Tensor | None,
+                 processors: Sequence[Processor], banned: Tensor):
+        self.cfg, self.eos, self.pre_len, self.max_len = cfg, eos, pre_len, max_len
+        self.forced, self.processors, self.banned = forced, processors, banned
+
+    @classmethod
+    def of(cls, cfg: SearchConfig, eos: int, src_len: Tensor, prefix: list[list[int]] | None,
+           processors: Sequence[Processor], banned: Sequence[int], max_len: Tensor | None,
+           sentences: Tensor | None) -> "_Rules":
+        """The rules of :func:`beam_search`'s arguments (each row's length limit after its prefix)."""
+        B, device = src_len.size(0), src_len.device
+        pre_len = torch.tensor([len(p) for p in prefix] if prefix else [0] * B, device=device)
+        if max_len is None:
+            max_len = output_limit(src_len, cfg, sentences)
+        # not capped at the training positions: the sinusoidal table grows, and a whole document
+        # (G-Transformer's frame, --max-instance-tokens 0) may need more target positions than that
+        max_len = torch.maximum(max_len.to(device) + pre_len, pre_len + 1)   # room for a forced prefix
+        return cls(cfg, eos, pre_len, max_len, _prefix_tensor(prefix, B, device), processors,
+                   torch.tensor(sorted(set(banned) - {eos}), dtype=torch.long, device=device))
+
+    def next_lprobs(self, model: Transformer, hidden: Tensor, tokens: Tensor, step: int, rows: Tensor) -> Tensor:
+        """Log-probabilities of the next token of every hypothesis (``rows``: its input's index):
+        banned tokens, the processors, the minimum length, the length limit (where only the end
+        token is left, at what it costs) and the forced prefix applied."""
+        eos = self.eos
+        lprobs = _next_lprobs(model, hidden, step < self.pre_len[rows])
+        eos_lprob = lprobs[:, eos].clone()        # what ending costs when the length limit forces it
+        lprobs[:, self.banned] = float("-inf")
+        lim = self.max_len[rows]
+        for proc in self.processors:
+            proc(step, tokens, lprobs, rows, lim)
+        lprobs[self.pre_len[rows] + self.cfg.min_len > step, eos] = float("-inf")
+        at_max = step >= lim
+        if at_max.any():
+            lprobs[at_max] = float("-inf")
+            lprobs[at_max, eos] = eos_lprob[at_max]
+        if self.forced is not None:
+            _force_prefix(lprobs, self.forced[rows], step)
+        return lprobs
+
+    def finish(self, finished: list[list[Hypothesis]], tokens: Tensor, alive: Tensor, step: int,
+               top_scores: Tensor, top_beam: Tensor, top_tok: Tensor) -> Tensor:
+        """Add the candidates that end here to ``finished`` (only among the K best, as fairseq
+        does); returns which candidates end (an end token the prefix forces, a context
+        sentence's ``</s>``, ends nothing)."""
+        K, pre_len = self.cfg.beam, self.pre_len
+        ends = (top_tok == self.eos) & (step >= pre_len[alive])[:, None]
+        is_eos = ends & torch.isfinite(top_scores)
+        is_eos[:, K:] = False
+        if is_eos.any():
+            length = (step + 1 - pre_len[alive]).clamp(min=1).float()      # generated tokens, </s> included
+            norm = top_scores / length_penalty(length, self.cfg)[:, None]
+            for i, j in is_eos.nonzero().tolist():
+                s = int(alive[i])
+                if len(finished[s]) < K:
+                    hyp = tokens[i * K + int(top_beam[i, j]), 1 + int(pre_len[s]):].tolist()
+                    finished[s].append(Hypothesis(hyp, float(norm[i, j])))
+        return ends
+
+
+def _continuations(top_scores: Tensor, top_beam: Tensor, top_tok: Tensor, ends: Tensor, K: int):
+    """The K best candidates of each input that did not end: their scores, the hypothesis rows
+    they extend, their tokens, and which inputs have none left."""
+    cont_scores, pick = top_scores.masked_fill(ends, float("-inf")).topk(K, dim=1)
+    n = top_scores.size(0)
+    src_rows = torch.arange(n, device=top_scores.device)[:, None] * K + top_beam.gather(1, pick)
+    new_tok = top_tok.gather(1, pick)
+    # ranks left without a finite candidate (while a prefix is forced, all but rank 0) repeat
+    # rank 0 rather than carry arbitrary tokens: they can never win, but models whose rows
+    # see each other (DocFlat's decoder FBA, rank r of every input: docs/methods/docflat.md#df-beams)
+    # attend to them
+    dead = ~torch.isfinite(cont_scores)
+    src_rows = torch.where(dead, src_rows[:, :1], src_rows)
+    new_tok = torch.where(dead, new_tok[:, :1], new_tok)
+    return cont_scores, src_rows, new_tok, dead.all(1)
 
 
 def _prefill(model: Transformer, tokens: Tensor, enc, cache: DecoderCache, beams: int) -> None:
