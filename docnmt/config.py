@@ -220,7 +220,7 @@ def _migrate(raw: dict) -> dict:
         return raw
     # (a model setting of the same name as a method's, e.g. sentence_positions, stays a model setting:
     # it came after the method sections did)
-    other = {k for m in methods.METHODS.values() for k in _fields(m.options)} - _fields(ModelConfig).keys()
+    other = {k for m in methods.METHODS.values() for k in _fields(m.options)} - _fields(section_class("model")).keys()
     if "method" not in model and not (other & model.keys()):
         return raw
     model, method = dict(model), dict(raw.get("method") or {})

@@ -45,12 +45,10 @@ from .ops import linear, projected_label_smoothed_ce
 from .positions import (  # noqa: F401  (re-exported)
     POSITIONS,
     Embedding,
-    LinearBiases,
     NoPositions,
     SinusoidalPositions,
     TablePositions,
     _plus,
-    alibi_slopes,
     position_table,
     positions_in_sentence,
     sinusoidal_table,
@@ -75,12 +73,6 @@ class ModelConfig:
     pre_norm: bool = False
     share_embeddings: bool = True
     max_positions: int = 1024
-    # ALiBi (docs/methods/length_bias.md#alibi): no position vectors; self-attention logits − m_h·|i − j| instead
-    alibi: bool = False
-    # positions restart in every sentence of a multi-sentence instance, each sentence counted as the
-    # plain sentence format counts it (docs/methods/baselines.md#sentence-positions): a document
-    # model fine-tuned from a sentence model keeps the position vectors that model was trained with
-    sentence_positions: bool = False
     # The architecture options of pretrained models (docs/pretrained.md#the-architecture-options); the
     # defaults are docnmt's own Transformer. Layer norm position: ``pre_norm`` (pre-LN models end the
     # encoder and the decoder with a LayerNorm).
@@ -106,10 +98,6 @@ class ModelConfig:
             raise ConfigError(f"position_offset must be at least 0, not {self.position_offset}")
         if self.output_tokens < 0:
             raise ConfigError(f"output_tokens must be at least 0, not {self.output_tokens}")
-        if self.sentence_positions and (self.alibi or self.tgt_lang_token >= 0):
-            raise ConfigError("sentence_positions restarts position vectors in every sentence: not with "
-                              + ("ALiBi (model.alibi), which has none" if self.alibi else
-                                 "a target language token after the start token (mBART, NLLB)"))
 
 
 
@@ -201,10 +189,9 @@ class Transformer(nn.Module):
         self.decoder = Decoder(cfg, Embedding(tgt_table, cfg),
                                [make_decoder_layer(cfg, i) for i in range(cfg.decoder_layers)])
         self.policy = policy or AttentionPolicy(cfg)
-        # a module that adjusts every spec (length-aware attention, docnmt.methods.length_bias), or None
-        self.length_scale: nn.Module | None = None
-        self.alibi = LinearBiases(cfg) if cfg.alibi else None
-        # the ids that open a sentence (``sentence_positions``; set by :meth:`set_sentence_openers`)
+        # the names of the modules a switch added that adjust every attention spec (:meth:`add_piece`)
+        self.pieces: list[str] = []
+        # the ids after which positions restart (:meth:`set_sentence_openers`); none: positions run on
         self.register_buffer("sentence_openers", torch.zeros(0, dtype=torch.long), persistent=False)
         if not cfg.tie_output:
             self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -242,14 +229,34 @@ class Transformer(nn.Module):
             if isinstance(mod, MultiheadAttention):
                 mod.settings = settings
 
+    def add_piece(self, name: str, piece: nn.Module) -> None:
+        """Extension point: ``piece`` adjusts every attention spec, ``piece.encoder(specs, src,
+        pad)`` before the encoder and ``piece.decoder(specs, tgt_in, src_pad, offset, pad_id)``
+        before the decoder (ALiBi's biases, length-aware attention's scale: docnmt.methods); a
+        ``set_training_lengths(mean_src, mean_tgt)`` of its own hears the trainer's epoch means.
+        It is the submodule ``name`` (its buffers are saved as ``name.*``)."""
+        if name in self.pieces or hasattr(self, name):
+            raise ValueError(f"the model already has a {name!r}")
+        self.add_module(name, piece)
+        self.pieces.append(name)
+
+    def remove_piece(self, name: str) -> None:
+        self.pieces.remove(name)
+        delattr(self, name)
+
+    def _pieces(self) -> list[nn.Module]:
+        return [getattr(self, name) for name in self.pieces]
+
     def set_training_lengths(self, mean_src: float, mean_tgt: float) -> None:
         """The trainer's hook at the start of every epoch: the mean instance lengths (tokens)."""
-        if self.length_scale is not None:
-            self.length_scale.set_means(mean_src, mean_tgt)
+        for piece in self._pieces():
+            if hasattr(piece, "set_training_lengths"):
+                piece.set_training_lengths(mean_src, mean_tgt)
 
     def set_sentence_openers(self, ids: list[int]) -> None:
-        """The tokens that open a sentence of an instance (``<s>``, the separators), from which
-        ``sentence_positions`` restarts the count."""
+        """Extension point: positions restart at every token of ``ids`` (``<s>``, the separators),
+        each sentence counted as the plain sentence format counts it (the sentence-positions
+        switch, docnmt.methods.sentence_positions)."""
         self.sentence_openers = torch.tensor(sorted(ids), dtype=torch.long, device=self.sentence_openers.device)
 
     def source_first_word(self) -> int:
@@ -258,10 +265,8 @@ class Transformer(nn.Module):
         return int(self.cfg.src_lang_token >= 0 and not self.cfg.src_lang_last)
 
     def _positions(self, tokens: Tensor, first_word: int) -> Tensor | None:
-        if not self.cfg.sentence_positions:
-            return None
         if not self.sentence_openers.numel():
-            raise RuntimeError("sentence_positions needs set_sentence_openers() (docnmt.methods.build_model calls it)")
+            return None
         return positions_in_sentence(tokens, self.sentence_openers, first_word)
 
     def encode(self, src: Tensor, **inputs: Tensor) -> EncoderOut:
@@ -270,10 +275,8 @@ class Transformer(nn.Module):
         src = self.with_source_language(src)
         pad = src.eq(self.cfg.pad_id)
         specs = self.policy.encoder_specs(src, pad)
-        if self.alibi is not None:
-            self.alibi.add(specs, "enc", src.size(1), src.size(1))
-        if self.length_scale is not None:
-            self.length_scale.encoder(specs, pad)
+        for piece in self._pieces():
+            piece.encoder(specs, src, pad)
         extra = self.encode_extra(**inputs)
         return EncoderOut(src, pad, self.encoder(self.embed_source(src, extra), State(specs, extra=extra)), extra)
 
@@ -300,7 +303,7 @@ class Transformer(nn.Module):
 
     def embed_target(self, tgt_in: Tensor, offset: int, enc: EncoderOut) -> Tensor:
         """Method hook: the decoder's input vectors for the tokens ``tgt_in[:, offset:]`` (with
-        ``sentence_positions``, positions from the whole prefix)."""
+        sentence openers, positions from the whole prefix)."""
         at = self._positions(tgt_in, first_word=1)
         return self.decoder.embed(tgt_in[:, offset:], offset, at=None if at is None else at[:, offset:])
 
@@ -315,10 +318,8 @@ class Transformer(nn.Module):
             tgt_in = torch.cat([tgt_in[:, :1], tgt_in.new_full((tgt_in.size(0), 1), lang), tgt_in[:, 1:]], 1)
         offset = cache.start(tgt_in.size(1)) if cache is not None else 0
         specs = self.policy.decoder_specs(tgt_in, enc.src, enc.pad, offset)
-        if self.alibi is not None:
-            self.alibi.add(specs, "dec", tgt_in.size(1) - offset, tgt_in.size(1), offset)
-        if self.length_scale is not None:
-            self.length_scale.decoder(specs, tgt_in, enc.pad, offset, self.cfg.pad_id)
+        for piece in self._pieces():
+            piece.decoder(specs, tgt_in, enc.pad, offset, self.cfg.pad_id)
         state = State(specs, memory=enc.memory, cache=cache, extra=enc.extra, beams=enc.beams)
         out = self.decoder(self.embed_target(tgt_in, offset, enc), state)
         if cache is not None:

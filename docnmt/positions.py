@@ -1,6 +1,6 @@
 """Position vectors and position terms of the one Transformer: the sinusoidal and learned tables
-(also those of pretrained models), ALiBi's linear biases, positions that restart in every
-sentence, and the embedding layer that adds them to the token vectors
+(also those of pretrained models), no positions (ALiBi's, docnmt.methods.alibi), positions that
+restart in every sentence, and the embedding layer that adds them to the token vectors
 (docs/methods/baselines.md#positions, docs/pretrained.md#positions)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from .attention_spec import AttnSpec, dense_bias
+from .attention_spec import dense_bias
 from .ops import Dropout
 
 if TYPE_CHECKING:
@@ -90,8 +90,8 @@ class TablePositions(nn.Module):
 
 
 class NoPositions(nn.Module):
-    """The position vectors of an ALiBi model (``alibi``): zeros; positions enter attention as
-    :class:`LinearBiases` instead."""
+    """No position vectors (zeros): positions enter attention another way (ALiBi's biases,
+    docnmt.methods.alibi, puts this in place of a model's table)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -99,38 +99,6 @@ class NoPositions(nn.Module):
 
     def forward(self, n: int, offset: int = 0) -> Tensor:
         return self.zero.expand(n, -1)
-
-
-def alibi_slopes(heads: int) -> Tensor:
-    """ALiBi's head slopes (Press et al., 2022): m_h = 2^(−8h/H), h = 1 … H, for H a power of 2;
-    otherwise those of the power of 2 below H, then every other slope of twice that power."""
-    p = 2 ** math.floor(math.log2(heads))
-    geometric = lambda n: [2 ** (-8 * (h + 1) / n) for h in range(n)]  # noqa: E731
-    return torch.tensor(geometric(p) + geometric(2 * p)[0::2][: heads - p])
-
-
-class LinearBiases(nn.Module):
-    """ALiBi (``model.alibi``): adds −m_h·|i − j| to the logits of every self-attention kind
-    (``enc_self*``, ``dec_self*``; the decoder's causal mask hides j > i), through each spec's
-    ``bias``; cross-attention and a method's other attentions get none. Query i is at position
-    ``offset + i`` (incremental decoding), keys at 0 … n_keys − 1."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.register_buffer("slopes", alibi_slopes(cfg.heads), persistent=False)
-
-    def bias(self, n_q: int, n_keys: int, offset: int = 0) -> Tensor:
-        q = torch.arange(offset, offset + n_q, device=self.slopes.device)
-        dist = (q[:, None] - torch.arange(n_keys, device=self.slopes.device)[None, :]).abs()
-        return -self.slopes[None, :, None, None] * dist                                  # (1, h, nq, nk)
-
-    def add(self, specs: dict[str, AttnSpec], side: str, n_q: int, n_keys: int, offset: int = 0) -> None:
-        extra = self.bias(n_q, n_keys, offset)
-        for kind, spec in specs.items():
-            if kind.startswith(f"{side}_self"):
-                spec.bias = _plus(spec.bias, extra)
-
-
 
 
 def _plus(bias, extra: Tensor):
@@ -167,7 +135,7 @@ class Embedding(nn.Module):
         self.table, self.scale = table, math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         self.dropout = Dropout(cfg.dropout)
         plain = cfg.positions == "sinusoidal" and cfg.position_offset == 0
-        self.positions = NoPositions(cfg) if cfg.alibi else SinusoidalPositions(cfg) if plain else TablePositions(cfg)
+        self.positions = SinusoidalPositions(cfg) if plain else TablePositions(cfg)
         if cfg.embed_norm:
             self.norm = nn.LayerNorm(cfg.d_model)
 

@@ -20,6 +20,7 @@ from docnmt.model import (
     AttentionPolicy,
     AttentionSublayer,
     ModelConfig,
+    NoPositions,
     Transformer,
     sinusoidal_table,
 )
@@ -202,7 +203,7 @@ def test_embedding_and_sublayer_options():
         for offset in (0, 1):
             emb = Embedding(table, ModelConfig(**base, positions=kind, position_offset=offset))
             torch.testing.assert_close(emb.positions(5), position_table(kind, 5 + offset, 16)[offset:])
-    assert not Embedding(table, ModelConfig(**base, alibi=True)).positions(5).any()      # ALiBi: no position vectors
+    assert not NoPositions(ModelConfig(**base))(5).any()         # no position vectors (what ALiBi puts in place)
     cfg = ModelConfig(**base, pre_norm=True)
     torch.manual_seed(0)
     x = torch.randn(2, 5, 16)
@@ -244,7 +245,7 @@ def _shared_memory_models():
     base = dict(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
     yield "transformer", Transformer(ModelConfig(**base))
     laa = Transformer(ModelConfig(**base))
-    laa.length_scale = LengthAwareScale()
+    laa.add_piece("length_scale", LengthAwareScale())
     yield "length-aware", laa
     yield "p-transformer", ptransformer.build(ModelConfig(**base))
     options = gtransformer.GTransformerOptions(combined_cross=1)
@@ -261,7 +262,7 @@ def test_beams_sharing_memory_equal_beams_with_copies(name):
     context attention, over one padded context row per input)."""
     model = dict(_shared_memory_models())[name].eval()
     if name == "length-aware":
-        model.length_scale.set_means(7.0, 9.0)
+        model.length_scale.set_training_lengths(7.0, 9.0)
     torch.manual_seed(0)
     B, K, T = 3, 4, 7
     src = torch.randint(4, 50, (B, 9))

@@ -322,8 +322,8 @@ def _method_models():
     from docnmt.model import AttentionPolicy, ModelConfig, Transformer
     base = dict(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
     cfg = lambda **kw: ModelConfig(**{**base, **kw})  # noqa: E731
-    length_aware = Transformer(cfg(length_aware=True), AttentionPolicy(cfg(length_aware=True)))
-    length_aware.length_scale = LengthAwareScale()
+    length_aware = Transformer(cfg(), AttentionPolicy(cfg()))
+    length_aware.add_piece("length_scale", LengthAwareScale())
     return {
         "transformer": Transformer(cfg(), AttentionPolicy(cfg())),
         "length_aware": length_aware,
@@ -353,7 +353,7 @@ def test_a_shared_prefix_runs_once_per_input_with_the_same_result(method, monkey
         prefix = [[2, 7, 8, 3, 2, 9], [2, 10, 11, 3], [2, 12, 13, 14, 3]]
     runs, calls, decode = [], [], model.decode
     monkeypatch.setattr(model, "decode", lambda tokens, enc, cache=None: calls.append(
-        (tuple(tokens.shape), None if cache is None else cache.get("_len", 0))) or decode(tokens, enc, cache))
+        (tuple(tokens.shape), None if cache is None else cache.length)) or decode(tokens, enc, cache))
     for shared in (True, False):
         if not shared:   # the prefix then goes through the decoder with the first step, once per beam
             monkeypatch.setattr(search, "_prefill", lambda *args: None)

@@ -106,8 +106,8 @@ def test_a_source_language_code_moves_every_first_word_to_one(tiny_vocab):
 
 @pytest.mark.parametrize("over,message", [
     ({"data.separator": "uniform"}, r"^sentence_positions needs numbered separators"),
-    ({"model.alibi": True}, r"^command line: model: sentence_positions .*not with ALiBi"),
-    ({"model.tgt_lang_token": 7}, r"^command line: model: sentence_positions .*not with a target language token"),
+    ({"model.alibi": True}, r"^sentence_positions .*not with ALiBi"),
+    ({"model.tgt_lang_token": 7}, r"^sentence_positions .*not with a target language token"),
 ])
 def test_settings_where_restarting_positions_means_nothing_are_refused(tiny_vocab, over, message):
     with pytest.raises(ConfigError, match=message):

@@ -39,8 +39,6 @@ TRAIN_FLAGS = {
     "--batch-order": ("data.batch_order", str, "sorted (length buckets) | ordered (consecutive instances, "
                       "whole batches shuffled; DocFlat) | strict (ordered, never shuffled)", "batching"),
     "--dropout": ("model.dropout", float, "dropout", "model"),
-    "--sentence-positions": ("model.sentence_positions", bool, "positions restart in every sentence of an instance "
-                             "(Doc2Doc, DocFlat)", "methods"),
     "--lr": ("train.lr", float, "peak learning rate", "optimisation"),
     "--warmup-updates": ("train.warmup_updates", int, "linear warm-up of the inverse-sqrt schedule",
                          "optimisation"),

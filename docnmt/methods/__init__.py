@@ -15,7 +15,18 @@ from ..data import Corpus, Joiner, ModeConfig, build_instances
 from ..errors import ConfigError
 from ..model import AttentionPolicy, Transformer
 from ..vocab import Vocab
-from . import context_transformer, docflat, docflat_map, gtransformer, length_bias, ptransformer, two_pass, word_dropout
+from . import (
+    alibi,
+    context_transformer,
+    docflat,
+    docflat_map,
+    gtransformer,
+    length_bias,
+    ptransformer,
+    sentence_positions,
+    two_pass,
+    word_dropout,
+)
 from .base import Extension, Hooks, Method, NoOptions, Setting, Walk
 
 TRANSFORMER = Method("transformer", lambda cfg, opts, vocab: Transformer(cfg, AttentionPolicy(cfg)))
@@ -31,6 +42,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
 # switches, in the order their hooks are asked (the first walk or start token that applies wins)
 EXTENSIONS: dict[str, Extension] = {e.name: e for e in (
     *length_bias.EXTENSIONS,
+    alibi.EXTENSION,
+    sentence_positions.EXTENSION,
     two_pass.EXTENSION,
     word_dropout.EXTENSION,
 )}
@@ -96,9 +109,6 @@ def check(cfg) -> None:
     """Settings that only the registry can check: the data format exists, and the method's and
     switches' own requirements."""
     joiner_class(cfg.data.separator)
-    if cfg.model.sentence_positions and cfg.data.separator == "uniform":
-        raise ConfigError("sentence_positions needs numbered separators (data.separator: index): with one "
-                          "<sep> for every sentence and positions restarting, the order of the sentences is lost")
     for ext in _hooks(cfg.method_name):
         if ext.check is not None:
             ext.check(cfg)
@@ -109,8 +119,6 @@ def build_model(cfg, vocab: Vocab) -> Transformer:
     cfg.model.vocab_size, cfg.model.pad_id = len(vocab), vocab.pad
     check(cfg)
     model = get(cfg.method_name).build(cfg.model, cfg.method, vocab)
-    if cfg.model.sentence_positions:     # a sentence opens with <s> or a separator (<sep>, <sepI>)
-        model.set_sentence_openers([vocab.bos, *vocab.sep_ids])
     for ext in _hooks(cfg.method_name):
         if ext.model_pieces is not None:
             ext.model_pieces(model, cfg, vocab)

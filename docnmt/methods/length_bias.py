@@ -7,7 +7,7 @@ any model:
   ``data.dls_adaptive: false`` (the paper's fixed-temperature ablation) the lengths are drawn
   uniformly in every epoch instead;
 * **length-aware attention** (``model.length_aware``, :data:`LENGTH_AWARE`): every attention's logits scaled by
-  log n / log n̄ (:class:`LengthAwareScale`, attached to the model as ``model.length_scale``);
+  log n / log n̄ (:class:`LengthAwareScale`, the model piece ``length_scale``);
 * **sliding decoding** (``decode.sliding``, :data:`SLIDING`) and the sentence-count constraint
   (``decode.sentence_count``): a document longer than the window W (``decode.sliding_window`` ×
   the training instance budget, 0.8 × 512 ≈ 409 source tokens by default) is decoded as a chain
@@ -176,7 +176,7 @@ class LengthAwareScale(nn.Module):
         self.register_buffer("log_mean_src", torch.tensor(1.0))
         self.register_buffer("log_mean_tgt", torch.tensor(1.0))
 
-    def set_means(self, mean_src: float, mean_tgt: float) -> None:
+    def set_training_lengths(self, mean_src: float, mean_tgt: float) -> None:
         self.log_mean_src.fill_(math.log(max(mean_src, 2.0)))
         self.log_mean_tgt.fill_(math.log(max(mean_tgt / 2, 2.0)))
 
@@ -184,7 +184,7 @@ class LengthAwareScale(nn.Module):
     def _scale(spec: AttnSpec, lam: Tensor) -> None:
         spec.scale = lam if spec.scale is None else spec.scale * lam
 
-    def encoder(self, specs: dict[str, AttnSpec], src_pad: Tensor) -> None:
+    def encoder(self, specs: dict[str, AttnSpec], src: Tensor, src_pad: Tensor) -> None:
         lam = self.src_lambda(src_pad)
         for kind, spec in specs.items():
             if kind.startswith("enc"):
@@ -317,7 +317,7 @@ def _count_args(translator, search, rows: np.ndarray, src: Tensor) -> dict | Non
 
 def _length_aware(model, cfg, vocab) -> None:
     if cfg.model.length_aware:
-        model.length_scale = LengthAwareScale()
+        model.add_piece("length_scale", LengthAwareScale())
 
 
 # --------------------------------------------------------------------------------------------

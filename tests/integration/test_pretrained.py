@@ -68,12 +68,12 @@ def test_every_method_trains_from_an_imported_model(method, setup, tmp_path):
     from docnmt.checkpoint import WEIGHTS
     from docnmt.config import Config
     from docnmt.hf import init_from_overrides
-    from docnmt.train import Trainer
+    from docnmt.training import Trainer
     from docnmt.translate import Translator
     imported, data, raw = setup
     cfg = Config.load("transformer_small").override({**init_from_overrides(imported, data), **METHODS[method],
                                                      **TRAIN})
-    trainer = Trainer(cfg, data, tmp_path / method, init_from=imported, progress_bar=False)
+    trainer = Trainer.from_dirs(cfg, data, tmp_path / method, init_from=imported, progress_bar=False)
     pretrained = load_file(str(imported / WEIGHTS))
     params = dict(trainer.model.named_parameters())
     assert set(trainer.pretrained) == set(pretrained) & set(params)
@@ -82,7 +82,7 @@ def test_every_method_trains_from_an_imported_model(method, setup, tmp_path):
         assert torch.equal(params[name], pretrained[name]), name
     fresh = [n for n in params if n not in pretrained]
     assert bool(fresh) == (method in ("gtransformer", "ptransformer", "docflat", "context")), fresh
-    assert (trainer.model.length_scale is not None) == (method == "laa")      # LAA: no parameters of its own
+    assert ("length_scale" in trainer.model.pieces) == (method == "laa")      # LAA: no parameters of its own
     if method == "gtransformer":      # global attention and gates new, two learning rates
         assert any("attn_global" in n for n in fresh) and any(".gate." in n for n in fresh)
         assert [g["initial_lr"] for g in trainer.optimizer.param_groups] == pytest.approx([1e-3, 2e-4])

@@ -16,9 +16,10 @@ from docnmt.attention import RelativeLogits
 from docnmt.checkpoint import WEIGHTS, save_weights
 from docnmt.config import Config
 from docnmt.errors import ConfigError
-from docnmt.methods import gtransformer, ptransformer
+from docnmt.methods import alibi, gtransformer, ptransformer
+from docnmt.methods.alibi import alibi_slopes
 from docnmt.methods.length_bias import dls_probabilities, dls_temperature
-from docnmt.model import ModelConfig, NoPositions, Transformer, alibi_slopes
+from docnmt.model import ModelConfig, NoPositions, Transformer
 from docnmt.translate import Translator
 
 PAD, BOS, EOS, EOD = 0, 2, 3, 49
@@ -104,7 +105,9 @@ def alibi_model(**over) -> Transformer:
     cfg = Config.load("doc2doc_alibi_small").override({**TINY, **over}).model
     cfg.vocab_size = 50
     torch.manual_seed(0)
-    return Transformer(cfg).eval()
+    model = Transformer(cfg).eval()
+    alibi.attach(model)           # what the switch's model_pieces hook does when model.alibi is true
+    return model
 
 
 def test_alibi_slopes_are_the_papers():
@@ -138,7 +141,7 @@ def test_alibi_model_sees_order_only_through_the_biases():
         assert not torch.allclose(a[:, [1, 0, 2, 3]], b, atol=1e-5)
         enc, tgt = model.encode(src), torch.tensor([[2, 9, 10, 11]])
         with_biases = model.decode(tgt, enc)
-        model.alibi = None
+        model.remove_piece("alibi")
         a, b = model.encode(src).memory, model.encode(swapped).memory
         torch.testing.assert_close(a[:, [1, 0, 2, 3]], b)
         assert not torch.allclose(model.decode(tgt, enc), with_biases)       # the decoder's own biases
@@ -151,9 +154,11 @@ def test_alibi_decodes_step_by_step_like_the_full_pass_with_group_and_relative_a
     cfg.vocab_size = 50
     gt = gtransformer.build(cfg, gtransformer.GTransformerOptions(combined_enc_self=1, combined_dec_self=1,
                                                                   combined_cross=1), BOS, EOD).eval()
+    alibi.attach(gt)
     assert_incremental_equals_full(gt, group_doc(3, 4), torch.cat([torch.tensor([[EOD]]),
                                                                    group_doc(2, 3, start=20)], 1))
     pt = ptransformer.build(cfg, ptransformer.PTransformerOptions(rel_max_distance=8)).eval()
+    alibi.attach(pt)
     assert_incremental_equals_full(pt, src, tgt)                 # with the relative term: both biases add up
     spec = pt.policy.encoder_specs(src, src.eq(PAD))
     pt.alibi.add(spec, "enc", src.size(1), src.size(1))
@@ -169,9 +174,19 @@ def test_default_models_have_no_alibi_and_keep_their_state_dict():
     plain.vocab_size = 50
     torch.manual_seed(0)
     a = Transformer(plain)
-    assert a.alibi is None and not plain.alibi
+    assert "alibi" not in a.pieces and not plain.alibi
     b = alibi_model()
     assert a.state_dict().keys() == b.state_dict().keys()      # ALiBi adds no parameters or saved buffers
+
+
+def test_the_registry_attaches_alibi_where_the_config_asks(tiny_vocab):
+    """The switch's hook: ``model.alibi: true`` gives the built model the biases and no position
+    vectors; without it the model keeps its table."""
+    cfg = Config.load("doc2doc_alibi_small").override(TINY)
+    with_alibi = methods.build_model(cfg, tiny_vocab)
+    assert "alibi" in with_alibi.pieces and isinstance(with_alibi.decoder.embed.positions, NoPositions)
+    plain = methods.build_model(cfg.override({"model.alibi": False}), tiny_vocab)
+    assert not plain.pieces and not isinstance(plain.decoder.embed.positions, NoPositions)
 
 
 # ---- DocFlat: data shuffling, pass 1 ------------------------------------------------------------

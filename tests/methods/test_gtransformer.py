@@ -320,7 +320,7 @@ def test_incremental_decoding_equals_full_forward(length_aware, positions, monke
     if positions == "sentence":
         torch.nn.init.normal_(model.sentence_embed.weight)       # trained sentence-index vectors
     if length_aware:
-        model.length_scale = LengthAwareScale()
+        model.add_piece("length_scale", LengthAwareScale())
         model.set_training_lengths(9, 14)
     src = padded([doc(3, 2, 2), doc(2, 4)])
     tgt = padded([[EOD] + doc(2, 3, 1), [EOD] + doc(3, 2)])[:, :9]

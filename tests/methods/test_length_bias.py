@@ -128,11 +128,11 @@ CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers
 
 def test_lambda_is_one_at_the_mean_length_and_uses_causal_length_in_the_decoder():
     laa = LengthAwareScale()
-    laa.set_means(mean_src=8, mean_tgt=12)                      # n̄: 8 source, 12 / 2 = 6 decoder self
+    laa.set_training_lengths(mean_src=8, mean_tgt=12)                    # n̄: 8 source, 12 / 2 = 6 decoder self
     src_pad = torch.zeros(2, 8, dtype=torch.bool)
     src_pad[1, 4:] = True                                        # second source: 4 tokens
     specs = {"enc_self": AttnSpec()}
-    laa.encoder(specs, src_pad)
+    laa.encoder(specs, None, src_pad)
     assert specs["enc_self"].scale.flatten().tolist() == pytest.approx([1.0, math.log(4) / math.log(8)])
     tgt = torch.full((2, 10), 5)
     tgt[1, 7:] = 0                                               # second target: 7 tokens
@@ -148,7 +148,7 @@ def test_lambda_is_one_at_the_mean_length_and_uses_causal_length_in_the_decoder(
 def test_mean_lengths_are_saved_with_the_weights_and_incremental_equals_full():
     torch.manual_seed(0)
     model = Transformer(CFG).eval()
-    model.length_scale = LengthAwareScale()
+    model.add_piece("length_scale", LengthAwareScale())
     model.set_training_lengths(7, 9)
     assert {"length_scale.log_mean_src", "length_scale.log_mean_tgt"} <= set(model.state_dict())
     src, tgt = random_pair(src_len=7, tgt_len=9)
