@@ -36,6 +36,10 @@ below (``df-…``) are anchors of that page, e.g. docs/methods/docflat.md#df-fla
   the batch (``df-beams``); an instance whose search has finished leaves that context. What
   translated pass 1 (the model itself, a sentence model, a file) is logged as a warning when it
   is the model itself, and recorded in the coverage report (``first_pass``).
+
+Size exception: module — the method's two blocks (FBA with its gate, and the ABD and MBE
+baselines the paper compares it with) and its data format read together, as the paper
+presents them; two-pass decoding and the attention map live in their own modules.
 """
 from __future__ import annotations
 
