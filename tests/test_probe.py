@@ -10,7 +10,7 @@ from _tiny import tiny_config
 from docnmt.methods import build_model
 from docnmt.probe import ABS_CLASSES, REL_RANGE, States, encoder_states, sample_pairs, score, table, task_data
 from docnmt.readers import read_documents
-from docnmt.train import Trainer
+from docnmt.training import Trainer
 from docnmt.translate import Translator
 from docnmt.vocab import Vocab
 

@@ -9,11 +9,12 @@ from _tiny import assert_incremental_equals_full, random_pair, tiny_config, tran
 from docnmt import methods
 from docnmt.attention import AttnSpec
 from docnmt.data import InstanceSet, sent_instances
+from docnmt.decoder_state import DecoderCache
 from docnmt.errors import ConfigError
 from docnmt.methods import make_joiner
 from docnmt.methods.context_transformer import ContextOptions, ContextTransformer, GatedContextSublayer, build
 from docnmt.model import AttentionPolicy, ModelConfig, State, Transformer
-from docnmt.train import Trainer
+from docnmt.training import Trainer
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
                   dropout=0.0)
@@ -171,7 +172,7 @@ def test_context_keys_and_values_are_projected_once_while_decoding(monkeypatch):
     parts, project = [], attn.project
     monkeypatch.setattr(attn, "project", lambda x, part: parts.append((part.start, part.stop)) or project(x, part))
     with torch.no_grad():
-        enc, cache = model.encode(src, ctx=ctx), {}
+        enc, cache = model.encode(src, ctx=ctx), DecoderCache()
         for t in range(4):
             model.decode(tgt[:, : t + 1], enc, cache)
     assert parts == [(0, 1), (1, 3), (0, 1), (0, 1), (0, 1)]
@@ -195,7 +196,7 @@ def test_two_step_training_changes_only_the_new_parameters(tiny_dir, tiny_model,
     data, sent_dir = tiny_dir / "data", tiny_model("sent2sent")
     step2 = tiny_config("sent2sent", max_update=5, freeze_pretrained=True).override(
         {"method.name": "context_transformer", "data.context_input": 2})
-    tr = Trainer(step2, data, tmp_path / "ctx", progress_bar=False, init_from=sent_dir)
+    tr = Trainer.from_dirs(step2, data, tmp_path / "ctx", progress_bar=False, init_from=sent_dir)
     before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
     tr.train()
     sent = load_file(str(sent_dir / "model.safetensors"))

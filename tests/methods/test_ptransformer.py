@@ -12,7 +12,7 @@ from docnmt.config import Config
 from docnmt.errors import ConfigError
 from docnmt.methods.ptransformer import PositionAwarePolicy, PTransformerOptions, build
 from docnmt.model import ModelConfig, Transformer, sinusoidal_table
-from docnmt.train import Trainer
+from docnmt.training import Trainer
 
 CFG = ModelConfig(vocab_size=50, d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
                   dropout=0.0)
@@ -247,7 +247,7 @@ def test_blocked_relative_attention_in_bf16():
 def test_trains_under_bf16_autocast_on_the_cpu():
     """Found by the CUDA checks' CPU dry run: under CPU bf16 autocast, attention runs in fp32 but
     the relative term's projected queries stayed bf16 (a dtype error in the relative kernel)."""
-    from docnmt.train import forward_loss
+    from docnmt.training import forward_loss
     torch.manual_seed(0)
     model = build(CFG).train()
     src, tgt = random_pair(src_len=20, tgt_len=20)
