@@ -2,11 +2,8 @@
 
 They need nothing outside the repository: the tiny data comes from the BConTrasT chats bundled
 with docnmt (``docnmt/quickstart_data``) and the tiny model is trained with the ``docnmt`` command
-line, as an experiment would. ``hansard`` is for the few tests that genuinely need the big Hansard
-data of ``../shared/data/enfr`` (the GPU run's dry run prepares its data from it): they skip
-without it.
+line, as an experiment would; the GPU run's dry run prepares its miniature from ``tests/data/enfr``.
 
-``hansard``      Path of ``../shared/data/enfr`` (skips when missing).
 ``chat_docs``    The first 3 validation chats, each cut to its first 12 turns (36 pairs).
 ``tiny_dir``     ``raw/chat.{en,de,docids}`` (the first 6 validation chats) and ``data/`` prepared
                  from them with ``docnmt prepare`` (400 pieces).
@@ -16,7 +13,6 @@ without it.
 from __future__ import annotations
 
 import gzip
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +21,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHATS = ROOT / "docnmt" / "quickstart_data"
-SHARED = Path(os.environ.get("DOCNMT_SHARED_DATA") or ROOT.parent / "shared" / "data")
 
 
 def docnmt(*argv) -> None:
@@ -50,15 +45,6 @@ def read_chats(n_docs: int, max_turns: int) -> list[tuple[str, list[str], list[s
             docs[-1][1].append(s)
             docs[-1][2].append(t)
     return docs
-
-
-@pytest.fixture(scope="session")
-def hansard() -> Path:
-    """``../shared/data/enfr`` (Hansard and the En-Fr suites); the test is skipped when it is missing."""
-    path = SHARED / "enfr"
-    if not (path / "train/hansard.en").exists():
-        pytest.skip(f"the Hansard data is not at {path}")
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -8,13 +8,12 @@
   enfr/valid/hansard as its validation split;
 * ``valid/hansard.{en,fr,docids}``: those two validation sittings as text, cut to ``--valid-sents``
   sentences each (what the Tier L models translate);
-* ``suites/``: Bawden et al.'s anaphora and lexical-choice sets and SCAT's validation split;
-* ``shared/``: the small part of ../shared/data the tests need (``DOCNMT_SHARED_DATA``):
-  ende/valid/ted.
+* ``suites/``: Bawden et al.'s anaphora and lexical-choice sets and SCAT's validation split.
 
 Sizes: ``du -sh bench/gpu/data`` must stay under 60 MiB (the GPU run carries the working tree and
-this folder, 64 MiB in all). ``--dry-run`` builds a miniature (a few sittings, 2K pieces) in
-``bench/gpu/data-dry`` in seconds.
+this folder, 64 MiB in all). ``--dry-run`` builds a miniature (2K pieces) in ``bench/gpu/data-dry`` in
+seconds from the repository's own test data (``tests/data/enfr``: DiaBLa dialogues standing in for
+the sittings, and slices of the suites), so it runs on a clone without ../shared.
 """
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ sys.path.insert(0, str(HERE.parent))
 import common  # noqa: E402
 
 ENFR = common.SHARED / "enfr"
+DRY = HERE.parents[1] / "tests/data/enfr"        # the dry run's corpus and suites, inside the repository
 
 
 def sittings(prefix: Path, max_pairs: int, max_sents: int = 0) -> tuple[list[str], list[str], list[str]]:
@@ -69,9 +69,9 @@ def main() -> None:
     if (out / "tierl/prepare.json").exists():
         print(f"{out} exists", file=sys.stderr)
         return
-    raw = out / "raw"
+    raw, enfr, corpus = out / "raw", DRY if a.dry_run else ENFR, "diabla" if a.dry_run else "hansard"
     if a.dry_run:
-        train = write(raw / "train", *sittings(ENFR / "train/hansard", 400, 100))
+        train = write(raw / "train", *sittings(DRY / "train/diabla", 400, 100))
         spm, vocab_size = None, 2000
     else:
         mfr = common.tier_mfr_data()          # the Tier M-fr SentencePiece model
@@ -80,25 +80,21 @@ def main() -> None:
                 if x == "<d>\n" or max(len(x.split()), len(y.split())) <= common.MFR_MAX_WORDS]
         train = write(raw / "train", [src[i] for i in keep], [tgt[i] for i in keep], ids)
         spm, vocab_size = str(mfr / "spm.model"), 8000
-    s, t, ids = sittings(ENFR / "valid/hansard", 10**9, 60 if a.dry_run else a.valid_sents)
+    s, t, ids = sittings(enfr / f"valid/{corpus}", 10**9, 60 if a.dry_run else a.valid_sents)
     n_first_two = [i for i, line in enumerate(s) if line == "<d>\n"][2] if len(ids) > 2 else len(s)
     valid = write(out / "valid/hansard", s[:n_first_two], t[:n_first_two], ids[:2])
     prepare(out / "tierl", "en", "fr", [str(train)], [str(valid)], vocab_size=vocab_size, spm_from=spm,
             force=True, log=lambda m: print(m, file=sys.stderr))
     shutil.rmtree(raw)
-    bawden = ENFR / "suites/bawden2018_discourse_test_sets_enfr/test-sets"
+    bawden = enfr / "suites/bawden2018_discourse_test_sets_enfr/test-sets"
     (out / "suites/bawden").mkdir(parents=True, exist_ok=True)
     for name in ("anaphora.json", "lexical-choice.json"):
         shutil.copy(bawden / name, out / "suites/bawden" / name)
     scat = out / "suites/scat_yin2021_enfr"
     scat.mkdir(parents=True, exist_ok=True)
-    for f in (ENFR / "suites/scat_yin2021_enfr").glob("*"):
+    for f in (enfr / "suites/scat_yin2021_enfr").glob("*"):
         if "train" not in f.name:
             shutil.copy(f, scat / f.name)
-    ted = out / "shared/ende/valid"
-    ted.mkdir(parents=True, exist_ok=True)
-    for f in (common.SHARED / "ende/valid").glob("ted.*"):
-        shutil.copy(f, ted / f.name)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
     print(f"{out}: {size:.1f} MiB", file=sys.stderr)
 

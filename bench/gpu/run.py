@@ -97,9 +97,6 @@ def stage_correctness(out: Path, dry: bool, budget: float) -> dict:
         cmd += ["-k", DRY_TESTS]
     elif os.environ.get("DOCNMT_GPU_TESTS"):      # a pytest -k expression: spend a short run on what is left
         cmd += ["-k", os.environ["DOCNMT_GPU_TESTS"]]
-    data = HERE / ("data-dry" if dry else "data") / "shared"
-    if data.is_dir():
-        env["DOCNMT_SHARED_DATA"] = str(data)
     lines = []
     env["DOCNMT_GPU_STAGE"] = mark = f"correctness-{os.getpid()}-{time.time_ns()}"
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -51,7 +51,7 @@ def test_tierl_stops_at_its_deadline_and_keeps_what_it_did(tmp_path, monkeypatch
 
 
 @pytest.mark.slow
-def test_the_gpu_run_runs_the_tierl_stage_and_reports_every_figure(tmp_path, hansard):
+def test_the_gpu_run_runs_the_tierl_stage_and_reports_every_figure(tmp_path):
     """``bench/gpu/run.py --stages tierl --dry-run``: the stage runs this folder's script on the
     GPU run's data (bench/gpu/data-dry), every step succeeds, and the G-Transformer is tested
     against a control trained for as many updates with the same schedule."""

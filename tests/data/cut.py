@@ -118,6 +118,12 @@ def main(shared: Path) -> None:
         write(f"raw/bcontrast_json/{name}", json_chats(bcon / name, 5))
     for name in ("LICENSE-CC-BY-SA-4.0", "README.md"):
         shutil.copy(bcon / name, HERE / "raw/bcontrast_json" / name)
+    # DiaBLa (CC BY-SA 4.0): the miniature en-fr corpus of the GPU run's dry run (bench/gpu/prepare.py --dry-run)
+    enfr = shared / "enfr/train"
+    for split, keep in (("train", lambda n: n < 10), ("valid", lambda n: 10 <= n < 12)):
+        for ext in ("en", "fr"):
+            write(f"enfr/{split}/diabla.{ext}", marker_docs(enfr / f"diabla.{ext}", keep)[0])
+        write(f"enfr/{split}/diabla.docids", [d for n, d in enumerate(lines(enfr / "diabla.docids")) if keep(n)])
     suites(shared)
 
 
