@@ -105,3 +105,9 @@ def translate_checked(model_dir: Path, raw: Path, n_sents: int, **search):
 def history(save_dir) -> list[dict]:
     """The rows of a run's ``metrics.jsonl`` (training and validation records)."""
     return [json.loads(line) for line in (Path(save_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+# a tiny DocFlat's settings (tests/conftest.py TINY_MODELS, the pretrained-model tests); here rather than in
+# conftest.py, which a test cannot import by name once pytest also collects experiments/ (its own conftest)
+DOCFLAT = {"method.name": "docflat", "data.separator": "global_index", "data.batch_order": "ordered",
+           "data.context": 2}

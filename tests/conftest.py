@@ -49,7 +49,7 @@ import pytest
 import torch
 
 from _skips import pytest_configure as skip_rule
-from _tiny import tiny_config, tiny_data, unpack_chats
+from _tiny import DOCFLAT, tiny_config, tiny_data, unpack_chats
 from docnmt.data import Corpus
 from docnmt.document import Document
 from docnmt.readers import read_documents
@@ -199,8 +199,6 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 
 # The tiny models tests share instead of training their own: name -> (mode, updates, config overrides).
-DOCFLAT = {"method.name": "docflat", "data.separator": "global_index", "data.batch_order": "ordered",
-           "data.context": 2}
 TINY_MODELS = {
     "sent2sent": ("sent2sent", 40, {}),
     "doc2doc": ("doc2doc", 150, {}),          # test_discourse: enough updates to prefer real sentences

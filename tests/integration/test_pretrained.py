@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _tiny import DATA, tiny_corpus_files
-from conftest import DOCFLAT
+from _tiny import DATA, DOCFLAT, tiny_corpus_files
 
 pytest.importorskip("transformers")
 
