@@ -356,7 +356,9 @@ def test_concurrent_requests_are_batched_and_all_answered(api):
         return client.post("/v1/translate", json={"sentences": [f"Sentence {i}.", "Two."], "model": "st"[i % 2]})
     with cf.ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(one, i) for i in range(16)]
-        time.sleep(0.5)
+        deadline = time.time() + 30      # wait for the requests, not for a time that a slow machine may need more of
+        while client.get("/metrics").json()["queue"]["requests"] < 8 and time.time() < deadline:
+            time.sleep(0.02)
         decoder.gate.set()
         answers = [f.result() for f in futures]
     assert all(r.status_code == 200 for r in answers)
