@@ -11,10 +11,18 @@ helpers and Hugging Face's ``EncoderDecoderCache`` play the same part). Two kind
   when the beams of one input share one row (beams folded into the query axis), else one row per
   decoder row.
 
+:class:`StaticDecoderCache` is the same cache with its self-attention storage allocated once, for
+a number of rows and positions fixed before the search (``decode.static_cache``,
+docs/performance.md#static-decoder-cache): a step writes in place, a reorder gathers into the
+same storage, so its tensors keep their addresses and shapes for the whole search (what CUDA
+graphs and ``torch.compile(mode="reduce-overhead")`` need). Attention reads the valid prefix
+(a slice of the storage), so every method decodes exactly as with :class:`DecoderCache`.
+
 Misuse raises :class:`CacheError` instead of giving wrong beams: reading a static entry that was
 never written, writing one again with another shape, using one name for both kinds, a step whose
 rows differ from the cache's, a reorder index of the wrong size, a step that feeds no new token,
-or a step after which an entry does not hold the decoded length.
+a step after which an entry does not hold the decoded length, and (static storage) a write past
+its positions or more rows than it holds.
 """
 from __future__ import annotations
 
@@ -79,6 +87,52 @@ class KVCache:
         return self
 
 
+class StaticKV:
+    """The keys and values of one self-attention in storage of ``capacity`` rows and ``positions``
+    positions, allocated (zeroed) at the first write with its heads, head size and dtype and never
+    again: a step writes its positions in place, a reorder gathers the kept rows and writes them
+    back into the first rows of the same storage. Reads are the valid prefix, (rows, heads, n, d_head)."""
+
+    def __init__(self, capacity: int, positions: int):
+        self.capacity, self.positions = capacity, positions
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+        self.rows = self.n = 0
+
+    def _view(self) -> tuple[Tensor, Tensor]:
+        return self.k[: self.rows, :, : self.n], self.v[: self.rows, :, : self.n]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        rows, heads, m, d = k.shape
+        if self.k is None:
+            self._check_rows(rows)
+            self.k = k.new_zeros(self.capacity, heads, self.positions, d)
+            self.v = v.new_zeros(self.capacity, heads, self.positions, v.size(3))
+            self.rows = rows
+        elif rows != self.rows:
+            raise CacheError(f"a step of {rows} rows on a cache of {self.rows}: reorder the cache with the rows")
+        if self.n + m > self.positions:
+            raise CacheError(f"writing positions {self.n}..{self.n + m - 1} past the {self.positions} "
+                             "preallocated: allocate the static cache for the longest output")
+        self.k[:rows, :, self.n: self.n + m] = k
+        self.v[:rows, :, self.n: self.n + m] = v
+        self.n += m
+        return self._view()
+
+    def _check_rows(self, rows: int) -> None:
+        if rows > self.capacity:
+            raise CacheError(f"{rows} rows do not fit the static cache's {self.capacity}")
+
+    def index_select(self, index: Tensor) -> "StaticKV":
+        """Keep rows ``index`` in the first rows of the same storage (in place; returns self)."""
+        self._check_rows(index.numel())
+        if self.k is not None:
+            for buf in (self.k, self.v):
+                buf[: index.numel(), :, : self.n] = buf[: self.rows, :, : self.n].index_select(0, index)
+        self.rows = index.numel()
+        return self
+
+
 class DecoderCache:
     """The incremental state of one decoding run (see the module doc). ``length`` is the number of
     decoder positions already fed; :meth:`start` and :meth:`advance` bracket every step."""
@@ -113,7 +167,12 @@ class DecoderCache:
         """Add a step's keys and values to self-attention entry ``name``; all of them so far."""
         if name in self._static:
             raise CacheError(f"{name!r} is a static entry, not a self-attention one")
-        return self._kv.setdefault(name, KVCache()).append(k, v)
+        if name not in self._kv:
+            self._kv[name] = self._new_entry()
+        return self._kv[name].append(k, v)
+
+    def _new_entry(self) -> KVCache:
+        return KVCache()
 
     def has_static(self, name: str) -> bool:
         return name in self._static
@@ -176,3 +235,29 @@ class DecoderCache:
         self._per_input.clear()
         for kv in self._kv.values():
             kv.index_select(index)
+
+
+class StaticDecoderCache(DecoderCache):
+    """A :class:`DecoderCache` whose self-attention entries are :class:`StaticKV` storage of
+    ``rows`` rows (decoder rows: inputs × beams) and ``positions`` positions, fixed for the whole
+    search (:func:`docnmt.search.beam_search` rounds both up to buckets, :func:`bucket`, so a run
+    allocates, and compiles, for a handful of shapes)."""
+
+    def __init__(self, rows: int, positions: int):
+        super().__init__()
+        self.capacity, self.positions = rows, positions
+
+    def __repr__(self) -> str:
+        return f"Static{super().__repr__()[:-1]}, rows={self.capacity}, positions={self.positions})"
+
+    def _new_entry(self) -> StaticKV:
+        return StaticKV(self.capacity, self.positions)
+
+
+def bucket(n: int, smallest: int = 1) -> int:
+    """``n`` rounded up to a power of two of at least ``smallest``: the row and position counts
+    a static cache is allocated for (a few sizes per run instead of one per batch)."""
+    size = smallest
+    while size < n:
+        size *= 2
+    return size

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from .decoder_state import DecoderCache
+from .decoder_state import DecoderCache, StaticDecoderCache, bucket
 from .model import Transformer
 
 
@@ -46,6 +46,10 @@ class SearchConfig:
     min_len: int = 1
     nbest: int = 1
     no_repeat_ngram_size: int = 0   # > 0: no n-gram of word pieces twice in a hypothesis (NoRepeatNgram)
+    static_cache: bool = False      # self-attention keys/values preallocated for the longest output, written in
+                                    # place (StaticDecoderCache; same beams; for GPUs: docs/performance.md)
+    compile_step: str = ""          # torch.compile the decoder step in this mode (default | reduce-overhead |
+                                    # max-autotune; "" = eager); with static_cache on GPUs
 
 
 LENPEN_STYLES = ("fairseq", "gnmt")
@@ -104,36 +108,35 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     B, K, device = src.size(0), cfg.beam, src.device
     enc = model.encode(src, **(inputs or {}))
     rules = _Rules.of(cfg, eos, (~enc.pad).sum(1), prefix, processors, banned, max_len, sentences)
-    pre_len, max_len, forced = rules.pre_len, rules.max_len, rules.forced
+    max_len, forced, last = rules.max_len, rules.forced, int(rules.max_len.max())
 
     tokens = torch.as_tensor(bos, dtype=torch.long, device=device).expand(B).repeat_interleave(K)[:, None]
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0                                                # all beams start identical
-    cache = DecoderCache()
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    cache, decode = decoder_cache(model, cfg, B * K, last + 1)
+    finished = _Finished(B, K, rules.pre_host, device)
     alive = torch.arange(B, device=device)                            # sentences still searched
 
     # the forced prefix all rows share in length (the shortest) goes through the decoder in one
     # pass: the same states as step by step (it is forced at no cost), without a step per token;
     # the beams of an input are identical until it ends, so this pass runs once per input and
     # the cache is then copied to the beams (its last token is fed by the first step below)
-    start = int(pre_len.min()) if forced is not None else 0
+    start = min(rules.pre_host) if forced is not None else 0
     if start:
         tokens = torch.cat([tokens, forced[:, :start].repeat_interleave(K, 0)], dim=1)
         _prefill(model, tokens[::K, :start], enc, cache, K)
     enc = enc.expand_beams(K)
-    for step in range(start, int(max_len.max()) + 1):
+    for step in range(start, last + 1):
         n = alive.numel()
-        hidden = model.decode(tokens, enc, cache)[:, -1]
+        hidden = decode(tokens, enc, cache)[:, -1]
         lprobs = rules.next_lprobs(model, hidden, tokens, step, alive.repeat_interleave(K))
         V = lprobs.size(1)
         cand = (scores[:, :, None] + lprobs.view(n, K, V)).view(n, K * V)
         top_scores, top_idx = cand.topk(2 * K, dim=1)
         top_beam, top_tok = top_idx // V, top_idx % V
-        ends = rules.finish(finished, tokens, alive, step, top_scores, top_beam, top_tok)
-        cont_scores, src_rows, new_tok, done = _continuations(top_scores, top_beam, top_tok, ends, K)
-        done |= torch.tensor([len(finished[int(s)]) >= K for s in alive], device=device)
-        keep = (~done).nonzero().squeeze(1)
+        ends = rules.ends(alive, step, top_tok)
+        cont_scores, src_rows, new_tok, dead = _continuations(top_scores, top_beam, top_tok, ends, K)
+        keep = finished.add(tokens, alive, step, ends, top_scores, top_beam, rules, dead)
         if keep.numel() == 0:
             break
         order = src_rows[keep].view(-1)
@@ -145,16 +148,77 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
             static = (keep[:, None] * K + torch.arange(K, device=device)).view(-1)
             enc = enc.select(static)
         cache.reorder(order, static, K)
-    return [sorted(f, key=lambda h: -h.score)[: cfg.nbest] for f in finished]
+    return finished.best(cfg.nbest)
+
+
+def decoder_cache(model: Transformer, cfg: SearchConfig, rows: int, positions: int):
+    """The cache of one search of ``rows`` decoder rows and ``positions`` target positions, and
+    the decoder step that fills it: a :class:`DecoderCache` and ``model.decode`` by default; with
+    ``cfg.static_cache`` a :class:`StaticDecoderCache` of rows and positions rounded up to buckets
+    (room for the positions a model adds before the tokens: a language code, DocFlat's mean
+    token); with ``cfg.compile_step`` (a ``torch.compile`` mode) the step compiled."""
+    cache = DecoderCache()
+    if cfg.static_cache:
+        cache = StaticDecoderCache(bucket(rows), bucket(positions + POSITION_SLACK, smallest=32))
+    if not cfg.compile_step:
+        return cache, model.decode
+    return cache, torch.compile(model.decode, mode=cfg.compile_step, dynamic=True)
+
+
+POSITION_SLACK = 2      # decoder positions a model may feed besides the tokens (see decoder_cache)
+
+
+class _Finished:
+    """The hypotheses that ended, per input. What the search needs every step stays on the
+    device (how many each input has); the hypotheses themselves are gathered there and read
+    to the host once, at the end: one transfer per step (which rows go on, which candidates
+    end) instead of one per hypothesis and per input."""
+
+    def __init__(self, B: int, K: int, pre_len: list[int], device):
+        self.K, self.pre_len, self.hyps = K, pre_len, [[] for _ in range(B)]
+        self.count = torch.zeros(B, dtype=torch.long, device=device)
+        self.pending: list[tuple[list[int], Tensor, Tensor]] = []      # (inputs, token rows, scores)
+        self.alive = list(range(B))
+
+    def add(self, tokens: Tensor, alive: Tensor, step: int, ends: Tensor, top_scores: Tensor, top_beam: Tensor,
+            rules: "_Rules", dead: Tensor) -> Tensor:
+        """Keep the candidates that end here (only among the K best, as fairseq does; the first
+        ones while an input has fewer than K); returns the rows of the inputs that go on."""
+        K = self.K
+        is_eos = ends & torch.isfinite(top_scores)
+        is_eos[:, K:] = False
+        take = is_eos & (is_eos.cumsum(1) <= (K - self.count[alive])[:, None])
+        self.count[alive] += take.sum(1)
+        done = dead | (self.count[alive] >= K)
+        n = done.numel()
+        flags = torch.cat([done, take.view(-1)]).tolist()                # the step's one device->host read
+        taken = [f for f in range(2 * K * n) if flags[n + f]]
+        if taken:
+            at = torch.tensor(taken, device=tokens.device)
+            i, j = at // (2 * K), at % (2 * K)
+            length = (step + 1 - rules.pre_len[alive[i]]).clamp(min=1).float()   # generated, </s> included
+            norm = top_scores[i, j] / length_penalty(length, rules.cfg)
+            self.pending.append(([self.alive[f // (2 * K)] for f in taken],
+                                 tokens.index_select(0, i * K + top_beam[i, j]), norm))
+        keep = [i for i in range(n) if not flags[i]]
+        self.alive = [self.alive[i] for i in keep]
+        return torch.tensor(keep, dtype=torch.long, device=tokens.device)
+
+    def best(self, nbest: int) -> list[list[Hypothesis]]:
+        for inputs, rows, norm in self.pending:
+            for s, row, score in zip(inputs, rows.tolist(), norm.tolist()):
+                self.hyps[s].append(Hypothesis(row[1 + self.pre_len[s]:], score))
+        return [sorted(f, key=lambda h: -h.score)[:nbest] for f in self.hyps]
 
 
 class _Rules:
     """What stays fixed during one search, and the two steps that apply it: the next token's
-    log-probabilities under the constraints, and the hypotheses that end."""
+    log-probabilities under the constraints, and which candidates end."""
 
-    def __init__(self, cfg: SearchConfig, eos: int, pre_len: Tensor, max_len: Tensor, forced: Tensor | None,
+    def __init__(self, cfg: SearchConfig, eos: int, pre_len: list[int], max_len: Tensor, forced: Tensor | None,
                  processors: Sequence[Processor], banned: Tensor):
-        self.cfg, self.eos, self.pre_len, self.max_len = cfg, eos, pre_len, max_len
+        self.cfg, self.eos, self.pre_host, self.max_len = cfg, eos, pre_len, max_len
+        self.pre_len = torch.tensor(pre_len, device=max_len.device)
         self.forced, self.processors, self.banned = forced, processors, banned
 
     @classmethod
@@ -163,53 +227,41 @@ class _Rules:
            sentences: Tensor | None) -> "_Rules":
         """The rules of :func:`beam_search`'s arguments (each row's length limit after its prefix)."""
         B, device = src_len.size(0), src_len.device
-        pre_len = torch.tensor([len(p) for p in prefix] if prefix else [0] * B, device=device)
+        pre_host = [len(p) for p in prefix] if prefix else [0] * B
+        pre_len = torch.tensor(pre_host, device=device)
         if max_len is None:
             max_len = output_limit(src_len, cfg, sentences)
         # not capped at the training positions: the sinusoidal table grows, and a whole document
         # (G-Transformer's frame, --max-instance-tokens 0) may need more target positions than that
         max_len = torch.maximum(max_len.to(device) + pre_len, pre_len + 1)   # room for a forced prefix
-        return cls(cfg, eos, pre_len, max_len, _prefix_tensor(prefix, B, device), processors,
+        return cls(cfg, eos, pre_host, max_len, _prefix_tensor(prefix, B, device), processors,
                    torch.tensor(sorted(set(banned) - {eos}), dtype=torch.long, device=device))
 
     def next_lprobs(self, model: Transformer, hidden: Tensor, tokens: Tensor, step: int, rows: Tensor) -> Tensor:
         """Log-probabilities of the next token of every hypothesis (``rows``: its input's index):
         banned tokens, the processors, the minimum length, the length limit (where only the end
-        token is left, at what it costs) and the forced prefix applied."""
-        eos = self.eos
-        lprobs = _next_lprobs(model, hidden, step < self.pre_len[rows])
+        token is left, at what it costs) and the forced prefix applied (without reading the
+        device, except while a prefix is forced)."""
+        eos, inf = self.eos, float("-inf")
+        forcing = self.forced is not None and step < max(self.pre_host)
+        lprobs = _next_lprobs(model, hidden, step < self.pre_len[rows] if forcing else None)
         eos_lprob = lprobs[:, eos].clone()        # what ending costs when the length limit forces it
-        lprobs[:, self.banned] = float("-inf")
+        lprobs[:, self.banned] = inf
         lim = self.max_len[rows]
         for proc in self.processors:
             proc(step, tokens, lprobs, rows, lim)
-        lprobs[self.pre_len[rows] + self.cfg.min_len > step, eos] = float("-inf")
+        lprobs[:, eos].masked_fill_(self.pre_len[rows] + self.cfg.min_len > step, inf)
         at_max = step >= lim
-        if at_max.any():
-            lprobs[at_max] = float("-inf")
-            lprobs[at_max, eos] = eos_lprob[at_max]
-        if self.forced is not None:
+        lprobs.masked_fill_(at_max[:, None], inf)
+        lprobs[:, eos] = torch.where(at_max, eos_lprob, lprobs[:, eos])
+        if forcing:
             _force_prefix(lprobs, self.forced[rows], step)
         return lprobs
 
-    def finish(self, finished: list[list[Hypothesis]], tokens: Tensor, alive: Tensor, step: int,
-               top_scores: Tensor, top_beam: Tensor, top_tok: Tensor) -> Tensor:
-        """Add the candidates that end here to ``finished`` (only among the K best, as fairseq
-        does); returns which candidates end (an end token the prefix forces, a context
-        sentence's ``</s>``, ends nothing)."""
-        K, pre_len = self.cfg.beam, self.pre_len
-        ends = (top_tok == self.eos) & (step >= pre_len[alive])[:, None]
-        is_eos = ends & torch.isfinite(top_scores)
-        is_eos[:, K:] = False
-        if is_eos.any():
-            length = (step + 1 - pre_len[alive]).clamp(min=1).float()      # generated tokens, </s> included
-            norm = top_scores / length_penalty(length, self.cfg)[:, None]
-            for i, j in is_eos.nonzero().tolist():
-                s = int(alive[i])
-                if len(finished[s]) < K:
-                    hyp = tokens[i * K + int(top_beam[i, j]), 1 + int(pre_len[s]):].tolist()
-                    finished[s].append(Hypothesis(hyp, float(norm[i, j])))
-        return ends
+    def ends(self, alive: Tensor, step: int, top_tok: Tensor) -> Tensor:
+        """Which candidates end: an end token after the prefix (an end token the prefix forces,
+        a context sentence's ``</s>``, ends nothing)."""
+        return (top_tok == self.eos) & (step >= self.pre_len[alive])[:, None]
 
 
 def _continuations(top_scores: Tensor, top_beam: Tensor, top_tok: Tensor, ends: Tensor, K: int):
@@ -237,10 +289,10 @@ def _prefill(model: Transformer, tokens: Tensor, enc, cache: DecoderCache, beams
     cache.expand(torch.arange(tokens.size(0), device=tokens.device).repeat_interleave(beams))
 
 
-def _next_lprobs(model: Transformer, hidden: Tensor, forced: Tensor) -> Tensor:
-    """Log-probabilities of the next token; rows whose next token the prefix forces skip the
-    output layer (-inf: :func:`_force_prefix` sets them)."""
-    if not forced.any():
+def _next_lprobs(model: Transformer, hidden: Tensor, forced: Tensor | None) -> Tensor:
+    """Log-probabilities of the next token; rows whose next token the prefix forces (``forced``,
+    None: none) skip the output layer (-inf: :func:`_force_prefix` sets them)."""
+    if forced is None or not forced.any():
         return torch.log_softmax(model.output_projection(hidden).float(), dim=-1)
     out = hidden.new_full((hidden.size(0), model.decoder.embed.table.num_embeddings), float("-inf"),
                           dtype=torch.float32)
