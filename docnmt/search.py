@@ -26,6 +26,7 @@ a long prefix does not weaken the length penalty.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -48,11 +49,12 @@ class SearchConfig:
     no_repeat_ngram_size: int = 0   # > 0: no n-gram of word pieces twice in a hypothesis (NoRepeatNgram)
     static_cache: bool = False      # self-attention keys/values preallocated for the longest output, written in
                                     # place (StaticDecoderCache; same beams; for GPUs: docs/performance.md)
-    compile_step: str = ""          # torch.compile the decoder step in this mode (default | reduce-overhead |
-                                    # max-autotune; "" = eager); with static_cache on GPUs
+    compile_step: str = ""          # torch.compile the step's output layer in this mode for row buckets (default |
+                                    # reduce-overhead: CUDA graphs | max-autotune; "" = eager; docs/performance.md)
 
 
 LENPEN_STYLES = ("fairseq", "gnmt")
+COMPILE_MODES = ("", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")   # "": eager
 
 
 @dataclass
@@ -108,12 +110,13 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     B, K, device = src.size(0), cfg.beam, src.device
     enc = model.encode(src, **(inputs or {}))
     rules = _Rules.of(cfg, eos, (~enc.pad).sum(1), prefix, processors, banned, max_len, sentences)
+    rules.head = CompiledHead.of(model, cfg.compile_step) if cfg.compile_step else None
     max_len, forced, last = rules.max_len, rules.forced, int(rules.max_len.max())
 
     tokens = torch.as_tensor(bos, dtype=torch.long, device=device).expand(B).repeat_interleave(K)[:, None]
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0                                                # all beams start identical
-    cache, decode = decoder_cache(model, cfg, B * K, last + 1)
+    cache = decoder_cache(cfg, B * K, last + 1)
     finished = _Finished(B, K, rules.pre_host, device)
     alive = torch.arange(B, device=device)                            # sentences still searched
 
@@ -128,7 +131,7 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     enc = enc.expand_beams(K)
     for step in range(start, last + 1):
         n = alive.numel()
-        hidden = decode(tokens, enc, cache)[:, -1]
+        hidden = model.decode(tokens, enc, cache)[:, -1]
         lprobs = rules.next_lprobs(model, hidden, tokens, step, alive.repeat_interleave(K))
         V = lprobs.size(1)
         cand = (scores[:, :, None] + lprobs.view(n, K, V)).view(n, K * V)
@@ -151,21 +154,47 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     return finished.best(cfg.nbest)
 
 
-def decoder_cache(model: Transformer, cfg: SearchConfig, rows: int, positions: int):
-    """The cache of one search of ``rows`` decoder rows and ``positions`` target positions, and
-    the decoder step that fills it: a :class:`DecoderCache` and ``model.decode`` by default; with
-    ``cfg.static_cache`` a :class:`StaticDecoderCache` of rows and positions rounded up to buckets
-    (room for the positions a model adds before the tokens: a language code, DocFlat's mean
-    token); with ``cfg.compile_step`` (a ``torch.compile`` mode) the step compiled."""
-    cache = DecoderCache()
-    if cfg.static_cache:
-        cache = StaticDecoderCache(bucket(rows), bucket(positions + POSITION_SLACK, smallest=32))
-    if not cfg.compile_step:
-        return cache, model.decode
-    return cache, torch.compile(model.decode, mode=cfg.compile_step, dynamic=True)
+def decoder_cache(cfg: SearchConfig, rows: int, positions: int) -> DecoderCache:
+    """The cache of one search of ``rows`` decoder rows and ``positions`` target positions: a
+    :class:`DecoderCache`, or with ``cfg.static_cache`` a :class:`StaticDecoderCache` of rows and
+    positions rounded up to buckets (with room for the positions a model adds before the tokens:
+    a language code, DocFlat's mean token)."""
+    if not cfg.static_cache:
+        return DecoderCache()
+    return StaticDecoderCache(bucket(rows), bucket(positions + POSITION_SLACK, smallest=32))
 
 
 POSITION_SLACK = 2      # decoder positions a model may feed besides the tokens (see decoder_cache)
+_HEADS: "weakref.WeakKeyDictionary[Transformer, dict[str, CompiledHead]]" = weakref.WeakKeyDictionary()
+
+
+class CompiledHead:
+    """The step's output layer and log-softmax (hidden states -> fp32 log-probabilities) compiled
+    with ``torch.compile`` in ``mode`` for fixed shapes: the rows are padded up to a bucket
+    (:func:`bucket`), so a run compiles once per bucket, not once per batch or per step, and
+    ``reduce-overhead`` can replay it as a CUDA graph. Not bit-identical to the eager layer (the
+    compiled kernels sum in their own order)."""
+
+    def __init__(self, model: Transformer, mode: str):
+        self.model = model
+        self.fn = torch.compile(self._head, mode=mode, dynamic=False)
+
+    @classmethod
+    def of(cls, model: Transformer, mode: str) -> "CompiledHead":
+        """The model's compiled head in ``mode``, made once (its graphs then serve every search)."""
+        heads = _HEADS.setdefault(model, {})
+        if mode not in heads:
+            heads[mode] = cls(model, mode)
+        return heads[mode]
+
+    def _head(self, hidden: Tensor) -> Tensor:
+        return torch.log_softmax(self.model.output_projection(hidden).float(), dim=-1)
+
+    def __call__(self, hidden: Tensor) -> Tensor:
+        n = hidden.size(0)
+        padded = hidden.new_zeros(bucket(n, smallest=8), hidden.size(1))
+        padded[:n] = hidden
+        return self.fn(padded)[:n].clone()       # a copy: a CUDA graph's output is overwritten by its next replay
 
 
 class _Finished:
@@ -220,6 +249,7 @@ class _Rules:
         self.cfg, self.eos, self.pre_host, self.max_len = cfg, eos, pre_len, max_len
         self.pre_len = torch.tensor(pre_len, device=max_len.device)
         self.forced, self.processors, self.banned = forced, processors, banned
+        self.head = None        # the output layer (None: the model's, eager; or a CompiledHead)
 
     @classmethod
     def of(cls, cfg: SearchConfig, eos: int, src_len: Tensor, prefix: list[list[int]] | None,
@@ -244,7 +274,7 @@ class _Rules:
         device, except while a prefix is forced)."""
         eos, inf = self.eos, float("-inf")
         forcing = self.forced is not None and step < max(self.pre_host)
-        lprobs = _next_lprobs(model, hidden, step < self.pre_len[rows] if forcing else None)
+        lprobs = _next_lprobs(model, hidden, step < self.pre_len[rows] if forcing else None, self.head)
         eos_lprob = lprobs[:, eos].clone()        # what ending costs when the length limit forces it
         lprobs[:, self.banned] = inf
         lim = self.max_len[rows]
@@ -289,16 +319,20 @@ def _prefill(model: Transformer, tokens: Tensor, enc, cache: DecoderCache, beams
     cache.expand(torch.arange(tokens.size(0), device=tokens.device).repeat_interleave(beams))
 
 
-def _next_lprobs(model: Transformer, hidden: Tensor, forced: Tensor | None) -> Tensor:
-    """Log-probabilities of the next token; rows whose next token the prefix forces (``forced``,
-    None: none) skip the output layer (-inf: :func:`_force_prefix` sets them)."""
+def _next_lprobs(model: Transformer, hidden: Tensor, forced: Tensor | None, head: CompiledHead | None = None) -> Tensor:
+    """Log-probabilities of the next token (through ``head``, default the model's output layer);
+    rows whose next token the prefix forces (``forced``, None: none) skip the output layer
+    (-inf: :func:`_force_prefix` sets them)."""
+    if head is None:
+        def head(h):
+            return torch.log_softmax(model.output_projection(h).float(), dim=-1)
     if forced is None or not forced.any():
-        return torch.log_softmax(model.output_projection(hidden).float(), dim=-1)
+        return head(hidden)
     out = hidden.new_full((hidden.size(0), model.decoder.embed.table.num_embeddings), float("-inf"),
                           dtype=torch.float32)
     free = (~forced).nonzero().squeeze(1)
     if free.numel():
-        out[free] = torch.log_softmax(model.output_projection(hidden[free]).float(), dim=-1)
+        out[free] = head(hidden[free])
     return out
 
 

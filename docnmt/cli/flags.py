@@ -103,6 +103,11 @@ DECODE_FLAGS = {
     "--batch-size": ("decode.max_sentences", int, "instances per decoding batch", "batching"),
     "--precision": ("decode.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 (autocast)",
                     "batching"),
+    "--static-cache": ("decode.static_cache", bool, "preallocate the decoder's keys/values for the longest output "
+                       "and write them in place (the same beams; for GPUs)", "batching"),
+    "--compile-step": ("decode.compile_step", str, "torch.compile the step's output layer for row buckets: "
+                       "default | reduce-overhead (CUDA graphs) | max-autotune (empty = eager; for GPUs)",
+                       "batching"),
     "--max-instance-tokens": ("data.max_instance_tokens", int,
                               "Doc2Doc: split documents into instances of fewer tokens (0 = whole documents)",
                               "methods"),
