@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import AttentionSettings, AttnSpec, MultiheadAttention
@@ -42,6 +43,7 @@ from .layers import (  # noqa: F401  (re-exported)
     encoder_layer,
 )
 from .ops import linear, projected_label_smoothed_ce
+from .padded_vocab import label_positions, pad_vocab_rows, padded, strip_vocab_padding, vocab_matrices
 from .positions import (  # noqa: F401  (re-exported)
     POSITIONS,
     Embedding,
@@ -88,6 +90,9 @@ class ModelConfig:
     tgt_lang_token: int = -1           # a token fed after the decoder's start token (a forced language code)
     output_tokens: int = 0             # the output layer predicts ids below this only (an imported model's
                                        # own tokens, not the symbols docnmt added); 0: every id
+    pad_vocab_to: int = 1              # embedding and output matrices get rows up to a multiple of this (64 suits
+                                       # GPU matrix products); the extra rows are never predicted nor saved
+                                       # (docs/performance.md#vocabulary-rows-padded-to-a-multiple-of-64)
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -98,6 +103,13 @@ class ModelConfig:
             raise ConfigError(f"position_offset must be at least 0, not {self.position_offset}")
         if self.output_tokens < 0:
             raise ConfigError(f"output_tokens must be at least 0, not {self.output_tokens}")
+        if self.pad_vocab_to < 1:
+            raise ConfigError(f"pad_vocab_to must be at least 1 (1: no padding), not {self.pad_vocab_to}")
+
+    @property
+    def classes(self) -> int:
+        """The ids the output layer predicts: ``output_tokens``, else every id."""
+        return self.output_tokens or self.vocab_size
 
 
 
@@ -181,9 +193,9 @@ class Transformer(nn.Module):
                  make_decoder_layer: Callable[[ModelConfig, int], Layer] = decoder_layer):
         super().__init__()
         self.cfg = cfg
-        src_table = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        tgt_table = src_table if cfg.share_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model,
-                                                                       padding_idx=cfg.pad_id)
+        rows = padded(cfg, cfg.vocab_size)      # the vocabulary's rows, padded (ModelConfig.pad_vocab_to)
+        src_table = nn.Embedding(rows, cfg.d_model, padding_idx=cfg.pad_id)
+        tgt_table = src_table if cfg.share_embeddings else nn.Embedding(rows, cfg.d_model, padding_idx=cfg.pad_id)
         self.encoder = Encoder(cfg, Embedding(src_table, cfg),
                                [make_encoder_layer(cfg, i) for i in range(cfg.encoder_layers)])
         self.decoder = Decoder(cfg, Embedding(tgt_table, cfg),
@@ -194,11 +206,14 @@ class Transformer(nn.Module):
         # the ids after which positions restart (:meth:`set_sentence_openers`); none: positions run on
         self.register_buffer("sentence_openers", torch.zeros(0, dtype=torch.long), persistent=False)
         if not cfg.tie_output:
-            self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            self.output = nn.Linear(cfg.d_model, rows, bias=False)
         if cfg.output_bias:
             self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         self._attention_settings = AttentionSettings()
         self.reset_parameters()
+        if rows > cfg.vocab_size:       # saved and loaded without the padding rows
+            self.register_state_dict_post_hook(strip_vocab_padding)
+            self.register_load_state_dict_pre_hook(pad_vocab_rows)
 
     def reset_parameters(self) -> None:
         for name, p in self.named_parameters():
@@ -214,6 +229,9 @@ class Transformer(nn.Module):
             nn.init.normal_(table.weight, 0.0, self.cfg.d_model ** -0.5)
             with torch.no_grad():
                 table.weight[self.cfg.pad_id].zero_()
+        with torch.no_grad():
+            for weight in vocab_matrices(self):    # padding rows: zero, and never a gradient, so zero for good
+                weight[self.cfg.vocab_size:].zero_()
 
     @property
     def attention_settings(self) -> AttentionSettings:
@@ -329,36 +347,51 @@ class Transformer(nn.Module):
         return out
 
     def output_weight(self) -> Tensor:
-        """The (V, d) output projection: the decoder's embeddings, or its own matrix (``tie_output``);
-        only its first ``output_tokens`` rows when that is set."""
+        """The output projection: the decoder's embeddings, or its own matrix (``tie_output``); the
+        rows of the ids it predicts (:attr:`ModelConfig.classes`), padded to a multiple of
+        ``pad_vocab_to`` (rows the loss and :meth:`output_projection` leave out)."""
         weight = self.decoder.embed.table.weight if self.cfg.tie_output else self.output.weight
-        return weight[: self.cfg.output_tokens] if self.cfg.output_tokens else weight
+        rows = padded(self.cfg, self.cfg.classes)
+        return weight[:rows] if rows < weight.size(0) else weight
 
     def output_bias(self) -> Tensor | None:
+        """The fixed logit bias of :meth:`output_weight`'s rows (zero on its padding rows)."""
         if not self.cfg.output_bias:
             return None
-        return self.final_logits_bias[: self.cfg.output_tokens] if self.cfg.output_tokens else self.final_logits_bias
+        classes = self.cfg.classes
+        return F.pad(self.final_logits_bias[:classes], (0, padded(self.cfg, classes) - classes))
 
     def output_projection(self, hidden: Tensor) -> Tensor:
+        """Logits (..., vocab_size): the padding rows' left out, the ids the output layer does not
+        predict (``output_tokens``) at -inf."""
         bias = self.output_bias()
         logits = linear(hidden, self.output_weight(), None if bias is None else bias.to(hidden.dtype))
-        if self.cfg.output_tokens:      # the ids the output layer does not predict: -inf
-            rest = self.cfg.vocab_size - self.cfg.output_tokens
+        classes = self.cfg.classes
+        if logits.size(-1) > classes:
+            logits = logits[..., :classes]
+        if classes < self.cfg.vocab_size:
+            rest = self.cfg.vocab_size - classes
             logits = torch.cat([logits, logits.new_full((*logits.shape[:-1], rest), float("-inf"))], -1)
         return logits
 
     def forward(self, src: Tensor, tgt_in: Tensor, labels: Tensor | None = None, label_smoothing: float = 0.0,
-                **inputs: Tensor):
+                label_rows: Tensor | None = None, **inputs: Tensor):
         """Teacher-forced logits (B, T, V); with ``labels``, the training loss instead:
         (summed label-smoothed loss, summed NLL, number of target tokens). The loss path runs
-        the output projection only on real (non-pad) positions, fused with the loss."""
+        the output projection only on real (non-pad) positions, fused with the loss.
+        ``label_rows``: those positions in the flattened labels, when the caller has them
+        (:func:`label_rows`, made on the host: finding them here waits for the device)."""
         hidden = self.decode(tgt_in, self.encode(src, **inputs))
         if labels is None:
             return self.output_projection(hidden)
-        select = labels.ne(self.cfg.pad_id)
-        hidden, weight, bias = hidden[select], self.output_weight(), self.output_bias()
+        if label_rows is None:
+            label_rows = label_positions(labels, self.cfg.pad_id)
+        hidden = hidden.flatten(0, 1).index_select(0, label_rows)
+        target = labels.flatten().index_select(0, label_rows)
+        weight, bias = self.output_weight(), self.output_bias()
         if bias is not None:      # the fixed bias as one more input dimension of value 1
             hidden = torch.cat([hidden, hidden.new_ones(hidden.size(0), 1)], 1)
             weight = torch.cat([weight, bias[:, None].to(weight.dtype)], 1)
-        loss, nll = projected_label_smoothed_ce(hidden, weight, labels[select], label_smoothing)
-        return loss, nll, int(select.sum())
+        loss, nll = projected_label_smoothed_ce(hidden, weight, target, label_smoothing, classes=self.cfg.classes)
+        return loss, nll, label_rows.numel()
+

@@ -120,7 +120,9 @@ class Dropout(nn.Dropout):
 # --------------------------------------------------------------------------------------------
 
 class _ProjectedLabelSmoothedCE(torch.autograd.Function):
-    """loss = Σ_i (1−ε)·NLL_i + ε·mean_v(−log p_iv) with logits = H Wᵀ, computed in row chunks.
+    """loss = Σ_i (1−ε)·NLL_i + ε·mean_v(−log p_iv) with logits = H Wᵀ, computed in row chunks;
+    only the first ``classes`` rows of W are classes (the others pad W to an aligned width: their
+    logits are -inf, they get no probability and no gradient).
 
     Each chunk's gradient (softmax − smoothed one-hot) is turned into the gradients of H and W
     right away, so the N×V logits never exist at once: less memory traffic (the output layer is
@@ -129,21 +131,28 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, target, eps, chunk):
+    def forward(ctx, hidden, weight, target, eps, chunk, classes):
         need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-        V = weight.size(0)
+        V = classes
+        padded = classes < weight.size(0)
         loss = hidden.new_zeros((), dtype=torch.float32)
         nll = hidden.new_zeros((), dtype=torch.float32)
         grad_h = torch.empty_like(hidden) if need_grad else None
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_grad else None
         for s in range(0, hidden.size(0), chunk):
             h, t = hidden[s: s + chunk], target[s: s + chunk]
-            lprobs = torch.log_softmax(linear(h, weight), dim=-1, dtype=torch.float32)
+            logits = linear(h, weight)
+            if padded:
+                logits[:, V:] = float("-inf")
+            lprobs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+            logits = None
             nll_c = -lprobs.gather(1, t[:, None]).squeeze(1)
-            loss += ((1.0 - eps) * nll_c - eps * lprobs.mean(-1)).sum()
+            loss += ((1.0 - eps) * nll_c - eps * (lprobs[:, :V] if padded else lprobs).mean(-1)).sum()
             nll += nll_c.sum()
             if need_grad:
                 g = lprobs.exp_().sub_(eps / V)
+                if padded:
+                    g[:, V:] = 0.0
                 g.scatter_add_(1, t[:, None], torch.full((t.numel(), 1), eps - 1.0, device=g.device))
                 g = g.to(h.dtype) if h.dtype == weight.dtype else g
                 grad_h[s: s + chunk] = g @ weight.to(g.dtype)
@@ -158,7 +167,7 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
         grad_h, grad_w = ctx.saved_tensors
         gh = None if grad_h is None else grad_h * grad_loss.to(grad_h.dtype)
         gw = None if grad_w is None else (grad_w * grad_loss).to(ctx.w_dtype)
-        return gh, gw, None, None, None
+        return gh, gw, None, None, None, None
 
 
 def loss_chunk_rows(device: torch.device, vocab: int, rows: int = 0) -> int:
@@ -179,14 +188,16 @@ def loss_chunk_rows(device: torch.device, vocab: int, rows: int = 0) -> int:
 
 @torch._disable_dynamo      # torch.compiler.disable, but torch._dynamo is imported at the first call, not here
 def projected_label_smoothed_ce(hidden: Tensor, weight: Tensor, target: Tensor, eps: float,
-                                chunk: int | None = None) -> tuple[Tensor, Tensor]:
+                                chunk: int | None = None, classes: int | None = None) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy of ``hidden @ weight.T`` (see the class above), ``chunk``
-    rows at a time (default :func:`loss_chunk_rows`). Never compiled (``--compile``): a Python loop
+    rows at a time (default :func:`loss_chunk_rows`), over the first ``classes`` rows of ``weight``
+    (default all; the rest are padding). Never compiled (``--compile``): a Python loop
     over chunks that computes gradients in its forward pass, which torch.compile would trace chunk
     by chunk (and CPU Inductor fails to lower)."""
     if not torch.is_grad_enabled():   # validation: skip the gradient products
         hidden, weight = hidden.detach(), weight.detach()
     if chunk is None:
         chunk = loss_chunk_rows(hidden.device, weight.size(0), hidden.size(0))
-    loss, nll = _ProjectedLabelSmoothedCE.apply(hidden, weight, target, eps, chunk)
+    classes = weight.size(0) if classes is None else classes
+    loss, nll = _ProjectedLabelSmoothedCE.apply(hidden, weight, target, eps, chunk, classes)
     return loss, nll.detach()

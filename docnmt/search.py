@@ -328,7 +328,7 @@ def _next_lprobs(model: Transformer, hidden: Tensor, forced: Tensor | None, head
             return torch.log_softmax(model.output_projection(h).float(), dim=-1)
     if forced is None or not forced.any():
         return head(hidden)
-    out = hidden.new_full((hidden.size(0), model.decoder.embed.table.num_embeddings), float("-inf"),
+    out = hidden.new_full((hidden.size(0), model.cfg.vocab_size), float("-inf"),
                           dtype=torch.float32)
     free = (~forced).nonzero().squeeze(1)
     if free.numel():

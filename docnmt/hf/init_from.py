@@ -11,7 +11,7 @@ from ..vocab import PretrainedVocab
 
 # model settings a training run chooses itself; the others are the imported architecture
 OWN_SETTINGS = ("dropout", "attention_dropout", "activation_dropout", "length_aware", "output_tokens", "vocab_size",
-                "pad_id", "alibi", "sentence_positions")
+                "pad_id", "alibi", "sentence_positions", "pad_vocab_to")
 
 
 def init_from_overrides(init_from: str | Path, data_dir: str | Path) -> dict:

@@ -18,8 +18,19 @@ from ..vocab import BaseVocab, Vocab
 
 
 def forward_loss(model, batch: dict, eps: float) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Loss of one batch (through the model's forward; a DDP wrapper forwards it to the model)."""
-    return model(batch["src"], batch["tgt_in"], batch["labels"], eps, **model_inputs(batch))
+    """Loss of one batch (through the model's forward; a DDP wrapper forwards it to the model);
+    with the positions of its real labels when the batch has them (``label_rows``, made on the host)."""
+    rows = {"label_rows": batch["label_rows"]} if "label_rows" in batch else {}
+    return model(batch["src"], batch["tgt_in"], batch["labels"], eps, **rows, **model_inputs(batch))
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    """A batch's tensors on the training device (to a GPU through pinned memory, without waiting)."""
+    if device.type != "cuda":
+        return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+    return {k: (v.pin_memory().to(device, non_blocking=True) if torch.is_tensor(v) else v)
+            for k, v in batch.items()}
+
 
 
 def _check_files(directory: Path, split: str) -> None:

@@ -26,14 +26,12 @@ class Distributed:
     def main(self) -> bool:
         return self.rank == 0
 
-    def all_sum(self, values: list[float]) -> list[float]:
-        if self.world == 1:
-            return values
-        t = torch.tensor(values, dtype=torch.float64)
-        if self.cuda:
-            t = t.cuda()
-        dist.all_reduce(t)
-        return t.tolist()
+    def all_sum_tensor(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` summed over the processes, in place on their device (no host sync on CUDA;
+        gloo sums CPU tensors)."""
+        if self.world > 1:
+            dist.all_reduce(values)
+        return values
 
     def barrier(self):
         if self.world > 1:

@@ -36,9 +36,10 @@ from .. import methods
 from ..checkpoint import WEIGHTS, crash_point, last_checkpoint, load_state, load_weights, save_checkpoint, save_weights
 from ..config import Config
 from ..data import InstanceSet
-from ..errors import DocnmtError
-from .data import TrainingData, forward_loss
+from ..padded_vocab import label_positions
+from .data import TrainingData, forward_loss, to_device
 from .distributed import Distributed, gather_rng, restore_rng
+from .losses import LossLog, diverged, skip_on_device, train_record
 from .optim import amp_dtype, build_optimizer, check_settings
 from .plots import learning_curve, run_kind
 from .progress import Progress, finished, run_end
@@ -67,6 +68,7 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.train, self.pretrained)
         self.progress = Progress()
         self._validated_at = -1
+        self.losses = LossLog()          # the losses of the updates since the last log line
 
     @classmethod
     def from_dirs(cls, cfg: Config, data_dir: str | Path, save_dir: str | Path, force: bool = False,
@@ -208,20 +210,17 @@ class Trainer:
         batches = self.epoch_batches(p.epoch)
         bar.set_description(f"epoch {p.epoch}", refresh=False)
         self._show_end(bar, len(batches), started_at)      # this epoch's length known: a new end
-        window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.time()}
+        self.losses.new_window()
         while p.batch_in_epoch < len(batches) and not self.done():
             group = batches[p.batch_in_epoch: p.batch_in_epoch + tc.update_freq]
-            loss, nll, ntok = self.update([self.collate(b, p.epoch, p.batch_in_epoch + i) for i, b in enumerate(group)])
+            self.update([self.collate(b, p.epoch, p.batch_in_epoch + i) for i, b in enumerate(group)])
             p.batch_in_epoch += len(group)
             crash_point("update")
-            window["loss"] += loss
-            window["nll"] += nll
-            window["tokens"] += ntok
             self._show_end(bar, len(batches), started_at)
             bar.update(1)
             if (tc.log_interval > 0 and p.updates % tc.log_interval == 0) or \
                     p.batch_in_epoch >= len(batches) or self.done():
-                self._log_train(window, bar)
+                self._log_train(bar)
             if tc.validate_interval_updates and p.updates % tc.validate_interval_updates == 0:
                 self.validate_and_save(f"u{p.updates:08d}")
             elif tc.save_interval_updates and p.updates % tc.save_interval_updates == 0:
@@ -250,34 +249,40 @@ class Trainer:
         self._bar_postfix["stop"] = note
         bar.set_postfix(self._bar_postfix, refresh=False)
 
-    def update(self, batches: list[dict]) -> tuple[float, float, int]:
+    def update(self, batches: list[dict]) -> tuple[torch.Tensor, torch.Tensor, int | torch.Tensor]:
         """One optimizer step over ``update_freq`` micro-batches; gradients are normalised by the
-        number of target tokens of the whole update (across all processes), as fairseq does."""
+        number of target tokens of the whole update (across all processes), as fairseq does.
+
+        The host does not wait for the device: losses are read at the next log line, validation or
+        checkpoint (:class:`~.losses.LossLog`; a non-finite one's step is skipped, :func:`skip_on_device`).
+        Returns the summed loss and NLL (device tensors) and target tokens (an int; several processes: a tensor)."""
         tc = self.cfg.train
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        sums = []               # (loss, nll) per micro-batch, read back in one host sync after the loop
-        ntokens = 0
+        sums, ntokens = [], 0            # (loss, nll) per micro-batch, as float64 on the device
         for i, batch in enumerate(batches):
-            batch = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+            rows = label_positions(batch["labels"], self.vocab.pad)      # on the host: no device sync
+            batch = to_device({**batch, "label_rows": rows}, self.device)
             sync = i == len(batches) - 1
             ctx = self.ddp.no_sync() if (self.dist.world > 1 and not sync) else contextlib.nullcontext()
             with ctx, torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                                      enabled=self.amp_dtype is not None):
-                loss, nll, n = forward_loss(self.train_model, batch, tc.label_smoothing)
+                loss, nll, _ = forward_loss(self.train_model, batch, tc.label_smoothing)
                 self.scaler.scale(loss).backward()
             sums.append(torch.stack([loss.detach(), nll.detach()]).double())
-            ntokens += n
-        total_loss = total_nll = 0.0
-        for loss_i, nll_i in torch.stack(sums).tolist():      # summed as floats, in order, as before
-            total_loss += loss_i
-            total_nll += nll_i
-        total_loss, total_nll, all_tokens = self.dist.all_sum([total_loss, total_nll, float(ntokens)])
-        if not math.isfinite(total_loss):       # diverged: stop before the step spoils the weights
-            raise diverged(self.progress.updates + 1, total_loss, self.scheduler.get_last_lr()[0],
+            ntokens += rows.numel()
+        stats, all_tokens = torch.stack(sums), ntokens
+        if self.dist.world > 1:          # every process's loss, NLL and tokens, summed on the device
+            stats = self.dist.all_sum_tensor(torch.cat([stats.sum(0), stats.new_full((1,), ntokens)]))[None]
+            all_tokens = stats[0, 2]
+        loss = stats[:, 0].sum()
+        if not skip_on_device(self.optimizer, self.scaler, loss) and not math.isfinite(loss):
+            self.losses.read(self.save_dir)
+            raise diverged(self.progress.updates + 1, float(loss), self.scheduler.get_last_lr()[0],
                            last_checkpoint(self.save_dir))
+        self.losses.add(self.progress.updates + 1, self.scheduler.get_last_lr()[0], stats, ntokens)
         self.scaler.unscale_(self.optimizer)
-        scale = self.dist.world / max(all_tokens, 1.0)    # DDP averaged over ranks; make it per-token
+        scale = self.dist.world / (all_tokens.clamp(min=1.0) if torch.is_tensor(all_tokens) else max(all_tokens, 1))
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         if grads:
             torch._foreach_mul_(grads, scale)       # one call, not one per parameter
@@ -287,7 +292,7 @@ class Trainer:
         self.scaler.update()
         self.scheduler.step()
         self.progress.updates += 1
-        return total_loss, total_nll, int(all_tokens)
+        return loss, stats[:, 1].sum(), all_tokens
 
     # ---- validation, checkpoints, logging -----------------------------------------------------
     def validate(self) -> dict:
@@ -297,6 +302,7 @@ class Trainer:
 
     def validate_and_save(self, name: str, metrics: dict | None = None) -> None:
         """Validate (unless ``metrics`` are given), update early stopping, save a checkpoint."""
+        self.losses.read(self.save_dir)
         metrics = self.validate() if metrics is None else metrics
         p, tc = self.progress, self.cfg.train
         self._validated_at = p.updates
@@ -310,6 +316,7 @@ class Trainer:
         self.save(name, best=improved or not metrics)
 
     def save(self, name: str, best: bool = False) -> None:
+        self.losses.read(self.save_dir)                 # never a checkpoint after a non-finite loss
         rng, device_rng = gather_rng(self.dist, self.device)
         if self.dist.main:
             state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -318,15 +325,15 @@ class Trainer:
             save_checkpoint(self.save_dir, name, self.model, state, self.cfg.train.keep_last, best=best)
         self.dist.barrier()
 
-    def _log_train(self, window: dict, bar) -> None:
-        p = self.progress
+    def _log_train(self, bar) -> None:
+        p, window = self.progress, self.losses.read(self.save_dir)
         if window["tokens"] == 0:
             return
         rec = train_record(window, p.updates, p.epoch, self.scheduler.get_last_lr()[0])
         self._bar_postfix.update(loss=f"{rec['loss']:.3f}", lr=f"{rec['lr']:.2e}", tok_s=f"{rec['tokens_per_s']:.0f}")
         bar.set_postfix(self._bar_postfix)
         self._record(rec)
-        window.update(loss=0.0, nll=0.0, tokens=0, time=time.time())
+        self.losses.new_window()
 
     def _record(self, rec: dict) -> None:
         self.progress.history.append(rec)
@@ -343,16 +350,3 @@ class Trainer:
         methods.training_plots(self.cfg, self.train_corpus, self.save_dir, self.progress.epoch)
 
 
-def train_record(window: dict, updates: int, epoch: int, lr: float) -> dict:
-    """The metrics.jsonl record of a log window (its summed losses and tokens since ``window["time"]``)."""
-    return {"updates": updates, "epoch": epoch, "loss": window["loss"] / window["tokens"] / math.log(2),
-            "nll_loss": window["nll"] / window["tokens"] / math.log(2), "lr": lr,
-            "tokens_per_s": window["tokens"] / max(time.time() - window["time"], 1e-9)}
-
-
-def diverged(update: int, loss: float, lr: float, last: Path | None) -> DocnmtError:
-    """The error that stops a run whose loss is not finite, saying what to do."""
-    return DocnmtError(f"training diverged: the loss of update {update} is {loss} (learning rate {lr:.3g}); "
-                       + (f"the last good checkpoint is {last}, which the same command resumes from (with "
-                          "a --clip-norm if you add one); a lower --lr needs a fresh start (--force)" if last
-                          else "no checkpoint was saved yet: lower --lr or set --clip-norm"))
