@@ -28,7 +28,7 @@ from .data import ModeConfig
 from .errors import ConfigError
 from .methods import NoOptions
 from .model import ModelConfig
-from .search import COMPILE_MODES, LENPEN_STYLES, SearchConfig
+from .search import COMPILE_LIMIT, LENPEN_STYLES, SearchConfig
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -268,8 +268,7 @@ LIMITS = {
     "decode": {"beam": _AT_LEAST_1, "nbest": _AT_LEAST_1, "max_tokens": _AT_LEAST_1, "max_sentences": _AT_LEAST_1,
                "lenpen": _FINITE, "max_len_a": _FINITE_AT_LEAST_0, "max_len_b": _AT_LEAST_0, "min_len": _AT_LEAST_0,
                "no_repeat_ngram_size": _AT_LEAST_0, "lenpen_style": _one_of(LENPEN_STYLES),
-               "precision": _one_of(DECODE_PRECISIONS),
-               "compile_step": (lambda v: v in COMPILE_MODES, "empty (eager) or " + ", ".join(COMPILE_MODES[1:]))},
+               "precision": _one_of(DECODE_PRECISIONS), "compile_step": COMPILE_LIMIT},
 }
 
 

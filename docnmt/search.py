@@ -55,6 +55,7 @@ class SearchConfig:
 
 LENPEN_STYLES = ("fairseq", "gnmt")
 COMPILE_MODES = ("", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")   # "": eager
+COMPILE_LIMIT = (lambda v: v in COMPILE_MODES, "empty (eager) or " + ", ".join(COMPILE_MODES[1:]))   # config LIMITS
 
 
 @dataclass
