@@ -8,7 +8,9 @@ dimensions, in the same process, on the same token batches.
    collated batches (``--max-tokens``), label-smoothed cross-entropy, Adam;
 2. beam-5 decoding: generated tokens/s, both models with random weights generating exactly
    ``--decode-len`` tokens for the same source sentences (docnmt's ``beam_search`` with a minimum
-   length equal to its maximum; ``generate`` with ``min_new_tokens = max_new_tokens``);
+   length equal to its maximum; ``generate`` with ``min_new_tokens = max_new_tokens``); docnmt
+   eager, with the static cache (``decode.static_cache``) and with it and the step's output layer
+   compiled (``decode.compile_step``: ``reduce-overhead``, CUDA graphs, on a GPU; ``default`` on CPU);
 3. G-Transformer on single instances of 512 … 16K tokens: one training forward+backward with
    FlexAttention block masks (the CUDA path), with dense N×N masks, and the plain Transformer
    (Doc2Doc, SDPA) on the same tokens.
@@ -36,6 +38,7 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -292,14 +295,15 @@ def decode_speed(data: Path, sentences: int, batch: int, decode_len: int, dry: b
     out = {"sentences": len(rows), "batch": batch, "beam": 5, "generated_tokens_per_sentence": decode_len}
     search = SearchConfig(beam=5, min_len=decode_len, max_len_b=decode_len)
 
-    def ours(src):
+    def ours(src, search=search):
         limit = torch.full((src.size(0),), decode_len, device=DEV)
         return beam_search(model, src, search, bos, eos, banned=[pad, bos], max_len=limit)
 
     def timed(fn) -> dict:
         reset_peak()
         with torch.no_grad(), torch.autocast(DEV.type, dtype=torch.bfloat16):
-            fn(batches[0])                      # warm-up
+            for b in {b.size(0): b for b in batches}.values():      # warm-up (a compile per batch size)
+                fn(b)
             sync()
             t0 = time.perf_counter()
             for b in batches:
@@ -308,6 +312,15 @@ def decode_speed(data: Path, sentences: int, batch: int, decode_len: int, dry: b
         s = time.perf_counter() - t0
         return {"seconds": s, "generated_tokens_per_s": generated / s, "peak_memory_mib": peak_mib()}
     out["docnmt"] = timed(ours)
+    # the static cache (decode.static_cache), then with the step's output layer compiled
+    # (decode.compile_step: CUDA graphs on a GPU); each kept or its error recorded
+    mode = "reduce-overhead" if DEV.type == "cuda" else "default"
+    for name, variant in (("docnmt_static_cache", replace(search, static_cache=True)),
+                          (f"docnmt_static_compiled_{mode}", replace(search, static_cache=True, compile_step=mode))):
+        try:
+            out[name] = timed(lambda src: ours(src, variant))
+        except Exception:       # noqa: BLE001 -- recorded beside the eager figures
+            out[name] = {"error": traceback.format_exc()[-1500:]}
     model.to("cpu")             # its memory back before the other model is measured
     free_memory()
     try:                        # the docnmt figures above are kept whatever happens here
@@ -318,7 +331,11 @@ def decode_speed(data: Path, sentences: int, batch: int, decode_len: int, dry: b
                                max_new_tokens=decode_len + 1, min_new_tokens=decode_len + 1, length_penalty=1.0,
                                decoder_start_token_id=bos, pad_token_id=pad, eos_token_id=eos)
         out["huggingface"] = {**timed(theirs), **hf_about(hf)}
-        out["speedup"] = out["docnmt"]["generated_tokens_per_s"] / out["huggingface"]["generated_tokens_per_s"]
+        theirs_s = out["huggingface"]["generated_tokens_per_s"]
+        out["speedup"] = out["docnmt"]["generated_tokens_per_s"] / theirs_s
+        for name in [k for k in out if k.startswith("docnmt_static")]:
+            if "generated_tokens_per_s" in out[name]:
+                out[f"speedup_{name[len('docnmt_'):]}"] = out[name]["generated_tokens_per_s"] / theirs_s
     except ImportError as e:
         out["huggingface"] = {"skipped": f"transformers not installed ({e})"}
     except Exception:           # noqa: BLE001 -- recorded beside the docnmt figures
