@@ -70,9 +70,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     On AMD CPUs MKL's sgemm does not use AVX-512 and oneDNN's kernels are 1.3-1.4x faster for
     the shapes of training and up to 3x for the vocabulary projection of decoding (see
     bench/README.md). Small products stay with BLAS, whose call overhead is lower. Same results
-    up to float rounding; ``DOCNMT_ONEDNN=0`` turns it off.
+    up to float rounding; ``DOCNMT_ONEDNN=0`` turns it off, and torch.compile's graphs leave it
+    out (Inductor lowers linear layers itself, and cannot lower this call on dynamic shapes).
     """
-    if (USE_ONEDNN and _ONEDNN_LINEAR is not None and x.device.type == "cpu"
+    if (USE_ONEDNN and _ONEDNN_LINEAR is not None and x.device.type == "cpu" and not torch.compiler.is_compiling()
             and x.dtype == weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
             and (weight.size(0) >= 4096 or x.numel() * weight.size(0) >= ONEDNN_MIN_MACS)):
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):

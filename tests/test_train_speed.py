@@ -195,3 +195,38 @@ def test_the_logged_losses_are_those_of_the_old_update_exactly(tmp_path):
         logs[name] = [(r["updates"], r["loss"], r["nll_loss"]) for r in history(tmp_path / name / "run")
                       if "loss" in r]
     assert len(logs["new"]) == 4 and logs["new"] == logs["old"]
+
+
+# ---- --compile on bucketed batch lengths --------------------------------------------------------
+
+def test_bucket_lengths_are_multiples_of_64_then_four_per_doubling():
+    from docnmt.training.data import bucket_length
+    assert [bucket_length(n) for n in (1, 64, 65, 500, 512, 513, 700, 1025, 16000)] == \
+        [64, 64, 128, 512, 512, 640, 768, 1280, 16384]
+    assert len({bucket_length(n) for n in range(1, 513)}) == 8
+
+
+@pytest.mark.slow
+def test_compiled_training_on_bucketed_lengths_compiles_at_most_once_per_bucket(tmp_path, strict_recompiles):
+    """--compile pads every batch to a bucket length (the loss stays the eager one) and compiles at
+    most once per bucket: strict_recompiles raises at a compile beyond that."""
+    from docnmt.training.data import bucket_length
+    logs, seen = {}, []
+    for name in ("eager", "compiled"):
+        trainer = in_memory_trainer(tmp_path / name, max_update=8, log_interval=1, compile=name == "compiled")
+        trainer.cfg.model.dropout = 0.0
+        for m in trainer.model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+        if name == "compiled":
+            lengths = {(trainer.train_set.collate(b)["src"].size(1), trainer.train_set.collate(b)["tgt_in"].size(1))
+                       for b in trainer.epoch_batches(1)[:8]}
+            buckets = {tuple(bucket_length(n) for n in pair) for pair in lengths}
+            assert len(lengths) > len(buckets)                  # the batches have more shapes than buckets
+            strict_recompiles(len(buckets))
+            model = trainer.train_model
+            trainer.train_model = lambda *a, **k: seen.append((a[0].size(1), a[1].size(1))) or model(*a, **k)
+        trainer.train()
+        logs[name] = {r["updates"]: r["loss"] for r in history(tmp_path / name / "run") if "loss" in r}
+    assert seen and all(pair in buckets for pair in seen)       # the compiled forward saw bucket lengths only
+    assert logs["compiled"] == pytest.approx(logs["eager"], rel=1e-5)

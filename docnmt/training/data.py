@@ -24,6 +24,27 @@ def forward_loss(model, batch: dict, eps: float) -> tuple[torch.Tensor, torch.Te
     return model(batch["src"], batch["tgt_in"], batch["labels"], eps, **rows, **model_inputs(batch))
 
 
+def bucket_length(n: int, step: int = 64) -> int:
+    """The length a batch of ``n`` positions is padded to under ``--compile``: a multiple of ``step``
+    up to 8 × ``step``, then of an eighth of the power of two above ``n`` (at most 4 lengths per
+    doubling, ≤ 12.5% padding), so that a run meets a handful of shapes, not one per batch."""
+    unit = max(step, 1 << max(0, (n - 1).bit_length() - 3))
+    return -(-n // unit) * unit
+
+
+def bucketed(batch: dict, pad: int, most: int) -> dict:
+    """``batch`` with its source and its target (decoder input and labels) padded on the right to
+    :func:`bucket_length` (never past ``most`` positions, unless already longer): the pads are
+    masked as any row's pads are, so the loss is the same."""
+    out = dict(batch)
+    for keys in (("src",), ("tgt_in", "labels")):
+        n = batch[keys[0]].size(1)
+        to = max(n, min(bucket_length(n), most))
+        for k in keys:
+            out[k] = torch.nn.functional.pad(batch[k], (0, to - n), value=pad)
+    return out
+
+
 def to_device(batch: dict, device: torch.device) -> dict:
     """A batch's tensors on the training device (to a GPU through pinned memory, without waiting)."""
     if device.type != "cuda":

@@ -37,7 +37,7 @@ from ..checkpoint import WEIGHTS, crash_point, last_checkpoint, load_state, load
 from ..config import Config
 from ..data import InstanceSet
 from ..padded_vocab import label_positions
-from .data import TrainingData, forward_loss, to_device
+from .data import TrainingData, bucketed, forward_loss, to_device
 from .distributed import Distributed, gather_rng, restore_rng
 from .losses import LossLog, diverged, skip_on_device, train_record
 from .optim import amp_dtype, build_optimizer, check_settings
@@ -90,8 +90,8 @@ class Trainer:
 
     @cached_property
     def train_model(self) -> torch.nn.Module:
-        """The update's forward pass, compiled for dynamic shapes so that token batches of every
-        shape share one compiled graph (validation and decoding stay eager)."""
+        """The update's forward pass, compiled for dynamic shapes on batches padded to a few lengths
+        (:func:`~.data.bucketed`): a handful of graphs, not one per shape (validation stays eager)."""
         return torch.compile(self.ddp, dynamic=True) if self.cfg.train.compile else self.ddp
 
     def describe(self) -> str:
@@ -261,6 +261,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         sums, ntokens = [], 0            # (loss, nll) per micro-batch, as float64 on the device
         for i, batch in enumerate(batches):
+            batch = bucketed(batch, self.vocab.pad, self.cfg.model.max_positions - 2) if tc.compile else batch
             rows = label_positions(batch["labels"], self.vocab.pad)      # on the host: no device sync
             batch = to_device({**batch, "label_rows": rows}, self.device)
             sync = i == len(batches) - 1
