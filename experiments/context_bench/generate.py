@@ -213,7 +213,7 @@ def write_marker_pair(path: Path, docs: list[tuple[list[str], list[str]]]) -> No
 
 def generate(out: str | Path, seed: int = 1, train_docs: int = 1200, valid_docs: int = 60,
              doc_sents: tuple[int, int] = (20, 40), train_distances: list[int] | None = None,
-             distances: list[int] = (1, 2, 3, 4, 5, 10, 40), examples: int = 200) -> dict:
+             distances: list[int] = (1, 2, 3, 4, 5, 10, 80), examples: int = 200) -> dict:
     """Write the corpora and suites under ``out`` (see the module docstring); returns a summary."""
     out = Path(out)
     (out / "raw").mkdir(parents=True, exist_ok=True)
@@ -245,7 +245,7 @@ def main() -> None:
     ap.add_argument("--valid-docs", type=int, default=60)
     ap.add_argument("--doc-sents", type=int, nargs=2, default=(20, 40), metavar=("MIN", "MAX"))
     ap.add_argument("--train-distances", type=int, nargs="+", help="event distances of the corpora (default 1-12)")
-    ap.add_argument("--distances", type=int, nargs="+", default=[1, 2, 3, 4, 5, 10, 40], help="suites' distances")
+    ap.add_argument("--distances", type=int, nargs="+", default=[1, 2, 3, 4, 5, 10, 80], help="suites' distances")
     ap.add_argument("--examples", type=int, default=200, help="examples per suite (even)")
     a = ap.parse_args()
     print(json.dumps(generate(a.out, a.seed, a.train_docs, a.valid_docs, tuple(a.doc_sents), a.train_distances,

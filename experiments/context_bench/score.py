@@ -49,7 +49,8 @@ class AntecedentProbe(AttentionProbe):
             w = attention_weights(q, k, spec).mean(1)
             if q_ids.shape != w.shape[:2] or k_ids.shape != (w.size(0), w.size(2)):
                 return                                    # flat-batch attention: not per instance
-            on_ante = (w * (k_ids == self.antecedent[:, None])[:, None, :]).sum(-1)
+            ante = (k_ids == self.antecedent[:, None]) & (self.antecedent[:, None] >= 0)
+            on_ante = (w * ante[:, None, :]).sum(-1)
             mine = q_ids == self.current[:, None]
             per = (on_ante * mine).sum(1) / mine.sum(1).clamp_min(1)
         self.weights.setdefault(module_kind(name), []).append(per.float().cpu())
@@ -80,8 +81,10 @@ def antecedent_attention(translator, docs: list[Document], k: int, max_tokens: i
             current = torch.as_tensor(rows[idx, 1] - 1 - rows[idx, 0])
             shift = torch.as_tensor(rows[idx, 2] - rows[idx, 0])
             tgt = joiner.sentence_ids(batch["tgt_in"])
-            sentences = {"src": joiner.sentence_ids(batch["src"]),
-                         "tgt_in": torch.where(tgt < 0, tgt, tgt + shift[:, None])}
+            pad = translator.vocab.pad       # pads are in no sentence: neither queries nor keys
+            sentences = {"src": joiner.sentence_ids(batch["src"]).masked_fill(batch["src"].eq(pad), -1),
+                         "tgt_in": torch.where(tgt < 0, tgt, tgt + shift[:, None]).masked_fill(
+                             batch["tgt_in"].eq(pad), -1)}
             antecedent = current - k
             holds += int((antecedent >= 0).sum())
             with AntecedentProbe(sentences, current, antecedent) as probe:
