@@ -44,6 +44,11 @@ STATE = "state.pt"
 LOCK = ".lock"
 LOCK_GRACE_SECONDS = 10.0     # how long to wait for a killed holder of a lock to let go
 CHECKPOINT = re.compile(r"u\d{8}")           # u + the update count
+# every name docnmt writes into a model directory (train, import-hf): all --force removes there
+MODEL_DIR_FILES = frozenset({
+    "config.yaml", WEIGHTS, "checkpoints", "train.log", "metrics.jsonl", "learning_curve.png",
+    "spm.model", "vocab.json", "bpe.codes", "bpe.vocab.json",                        # docnmt's vocabularies
+    "pretrained.json", "tokenizer.json", "source.spm", "target.spm", "pieces.json", "hf_tokenizer"})   # import-hf's
 
 crash_hook = None                # tests: called with the name of every crash point reached
 _crash_counts: dict[str, int] = {}

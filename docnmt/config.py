@@ -123,8 +123,11 @@ class Config:
         base = {}
         preset = str(raw.pop("from_preset", "") or "")       # informational: the values are all there
         if "preset" in raw:
-            preset = str(raw["preset"])
-            base = load_preset_dict(raw.pop("preset"))
+            preset = raw.pop("preset")
+            try:
+                base = load_preset_dict(preset)
+            except ConfigError as e:        # naming the config file, unless the preset name is all the user gave
+                raise ConfigError(str(e) if origin == str(preset) else f"{origin}: {e}") from None
         merged = merge_config(_migrate(base), _migrate(raw))
         _check_keys(merged, cls.CORE, origin)
         method = dict(merged.get("method") or {})
@@ -321,6 +324,8 @@ def preset_description(name: str) -> str:
 
 def load_preset_dict(name: str, _seen: tuple = ()) -> dict:
     path = PRESET_DIR / f"{name}.yaml"
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"preset must be the name of a preset, not {name!r}")
     if not path.exists():
         hint = difflib.get_close_matches(name, preset_names(), n=1)
         raise ConfigError(f"unknown preset or config file {name!r}" +

@@ -37,6 +37,9 @@ def evaluate_files(hyp_path, ref_path, *, compare=None, samples: int = 1000, src
     hyp, ref = read_sentences(hyp_path, hypothesis=True), read_sentences(ref_path)
     if len(hyp) != len(ref):
         raise DocnmtError(document_counts(hyp_path, len(hyp), ref_path, len(ref)))
+    other = read_sentences(compare, hypothesis=True) if compare else None     # checked before any output
+    if other is not None and len(other) != len(ref):
+        raise DocnmtError(document_counts(compare, len(other), ref_path, len(ref)))
     result = evaluate_documents(hyp, ref)
     say(format_table(result))
     mismatched = result["n_mismatched_docs"]
@@ -46,7 +49,7 @@ def evaluate_files(hyp_path, ref_path, *, compare=None, samples: int = 1000, src
                              f"({result['n_sents_scored']} of {result['n_sents']} sentences scored)")
         warn(f"WARNING: {result['warning']}")
     if compare:
-        result.update(bootstrap(hyp, ref, hyp_path, compare, samples, bool(result["s_bleu"]), say))
+        result.update(bootstrap(hyp, ref, hyp_path, compare, samples, bool(result["s_bleu"]), say, other))
     if by_length:
         result["by_length"] = bleu_by_length(hyp, ref, hyp_path, ref_path, src, plot, say)
     if tcp:
@@ -58,12 +61,12 @@ def evaluate_files(hyp_path, ref_path, *, compare=None, samples: int = 1000, src
     return result
 
 
-def bootstrap(hyp, ref, hyp_path, compare_path, samples: int, s_level: bool, say=print) -> dict:
+def bootstrap(hyp, ref, hyp_path, compare_path, samples: int, s_level: bool, say=print, other=None) -> dict:
     """The paired bootstrap of the translation ``compare_path`` against ``hyp`` on d-level (and
     s-level where there are s-level scores) BLEU and chrF, a line each: ``{"bootstrap": ...,
     "bootstrap_chrf": ...}``, each level -> :func:`~docnmt.metrics.paired_bootstrap`'s result."""
     from .metrics import paired_bootstrap
-    other = read_sentences(compare_path, hypothesis=True)
+    other = read_sentences(compare_path, hypothesis=True) if other is None else other
     levels = [lvl for lvl in ("s", "d") if lvl == "d" or s_level]
     out = {"bootstrap": {lvl: paired_bootstrap(hyp, other, ref, level=lvl, n_samples=samples) for lvl in levels},
            "bootstrap_chrf": {lvl: paired_bootstrap(hyp, other, ref, level=lvl, metric="chrf", n_samples=samples)

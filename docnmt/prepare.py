@@ -28,12 +28,9 @@ from .errors import ConfigError, DataError, DocnmtError
 from .readers import read_documents, sentence_line
 from .vocab import Vocab, default_symbols, moses_bpe
 
-# the files `prepare` writes: --force starts over only a directory holding nothing else
+# the vocabulary and record files `prepare` writes (beside each split's .npy and .docids.json files):
+# --force starts over only a directory with a prepare.json, and only one holding nothing it does not list
 PREPARED_FILES = ("prepare.json", "spm.model", "vocab.json", "bpe.codes", "bpe.vocab.json")
-
-
-def prepared_file(name: str) -> bool:
-    return name in PREPARED_FILES or name.endswith(".npy") or name.endswith(".docids.json")
 
 
 def corpus_files(prefix: str, src_lang: str, tgt_lang: str) -> tuple[str, str | None]:
@@ -123,7 +120,7 @@ def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[s
         else:
             texts = [s for d in docs["train"] for s in d.src + d.tgt]
             log(f"learning a joint SentencePiece BPE model of {vocab_size} pieces on {len(texts)} sentences")
-            vocab = Vocab.train(texts, vocab_size)
+            vocab = _learn_subwords(texts, vocab_size, trainpref, src_lang, tgt_lang)
             if vocab.n_pieces < vocab_size:
                 log(f"the training text gave only {vocab.n_pieces} pieces (SentencePiece stops when no pair of "
                     f"pieces is left to merge); the vocabulary has {len(vocab)} symbols with docnmt's own")
@@ -140,10 +137,22 @@ def prepare(destdir: str | Path, src_lang: str, tgt_lang: str, trainpref: list[s
             log(f"{name}: {s['documents']} documents, {s['sentences']} sentences, "
                 f"{s['src_tokens']}/{s['tgt_tokens']} subword tokens; instances: " +
                 ", ".join(f"{k} {v}" for k, v in s["instances"].items()))
+        stats["files"] = sorted([p.name for p in work.iterdir()] + ["prepare.json"])  # what --force may remove
         (work / "prepare.json").write_text(json.dumps(stats, indent=1))
         if beside:
             swap_into_place(work, destdir)
     return stats
+
+
+def _learn_subwords(texts: list[str], vocab_size: int, prefixes: list[str], src_lang: str, tgt_lang: str) -> Vocab:
+    """The joint SentencePiece model; an error about the text (no usable sentence) names the training files."""
+    try:
+        return Vocab.train(texts, vocab_size)
+    except DataError as e:
+        if e.path is not None:
+            raise
+        files = [f for p in prefixes for f in corpus_files(p, src_lang, tgt_lang) if f]
+        raise DataError(e.message, ", ".join(files)) from None
 
 
 def _check_destdir(destdir: Path, force: bool) -> bool:
@@ -164,11 +173,33 @@ def _check_destdir(destdir: Path, force: bool) -> bool:
         return False
     if not force:
         raise DocnmtError(f"{destdir} exists and is not empty; choose another --destdir or pass --force")
-    foreign = sorted(p.name for p in destdir.iterdir() if not prepared_file(p.name) or p.is_dir())
-    if foreign:         # (no prepare.json: what an older version left when it was killed)
+    ours = prepared_names(destdir)
+    if ours is None:
+        first = sorted(p.name for p in destdir.iterdir())[0]
+        raise DocnmtError(f"{destdir} holds {first} but no readable prepare.json, so `docnmt prepare` did not make it, "
+                          "and --force only starts over a prepared data directory: remove its files yourself or "
+                          "choose another --destdir")
+    foreign = sorted(p.name for p in destdir.iterdir() if p.name not in ours or p.is_dir())
+    if foreign:
         raise DocnmtError(f"{destdir} holds {foreign[0]}, which `docnmt prepare` did not write, and --force only "
                           "starts over a prepared data directory: remove it yourself or choose another --destdir")
     return True
+
+
+def prepared_names(destdir: Path) -> set[str] | None:
+    """The names a prepared directory's prepare.json says `prepare` wrote (its ``files``; in one
+    written before that list, the files of its splits), or None without a readable prepare.json."""
+    try:
+        record = json.loads((destdir / "prepare.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("splits"), dict):
+        return None
+    if isinstance(record.get("files"), list):
+        return {str(name) for name in record["files"]}
+    per_split = ("src.tokens.npy", "src.offsets.npy", "tgt.tokens.npy", "tgt.offsets.npy", "docs.npy", "docids.json",
+                 "sentence_level.npy")
+    return set(PREPARED_FILES) | {f"{split}.{name}" for split in record["splits"] for name in per_split}
 
 
 

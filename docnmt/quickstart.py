@@ -6,7 +6,7 @@ busy the machine is; a time cap (30 minutes by default) only guards against a ma
 than expected, and is reported loudly when it stops training early → translate a held-back chat →
 print it aligned sentence by sentence with s-BLEU and d-BLEU of the five held-back chats.
 Run again in the same directory, it keeps the prepared data and resumes training from its last
-checkpoint; ``--force`` starts over.
+checkpoint; ``--force`` starts over (prepare and train each with their own --force: only what they wrote is removed).
 """
 from __future__ import annotations
 
@@ -51,22 +51,20 @@ def run(workdir: Path, minutes: float = MINUTES_CAP, force: bool = False, update
         if foreign:
             raise DocnmtError(f"{workdir} holds files the quick start did not make ({', '.join(foreign[:3])}); "
                               "choose another --workdir (--force only starts a quick-start directory over)")
-        if force:
-            shutil.rmtree(workdir)
-        else:
+        if not force:
             say(f"{workdir} holds an earlier quick start: going on from where it stopped (--force starts over)")
     t0 = time.time()
     raw, data, model_dir = (workdir / part for part in QUICKSTART_PARTS)
     unpack(raw)
-    if (data / "prepare.json").exists():        # prepare renames its directory into place only when complete
+    if (data / "prepare.json").exists() and not force:    # prepare renames its directory into place when complete
         say(f"[1/3] the bundled BConTrasT chats are already prepared in {data}")
     else:
         say(f"[1/3] preparing the bundled BConTrasT chats (CC BY-SA 4.0) in {workdir}")
         prepare(data, "en", "de", [str(raw / "train")], [str(raw / "valid")], [str(raw / "test")],
-                vocab_size=4000, log=say)
+                vocab_size=4000, force=force, log=say)     # --force: each part by its verb's own rule
     say(f"[2/3] training a small Doc2Sent model for {updates:,} updates (time cap {minutes:g} minutes)")
     cfg = Config.load("quickstart").override({"train.max_minutes": minutes, "train.max_update": updates})
-    trainer = Trainer.from_dirs(cfg, data, model_dir)
+    trainer = Trainer.from_dirs(cfg, data, model_dir, force=force)
     say("      " + trainer.describe())
     trainer.train()
     reached = trainer.progress.updates

@@ -22,14 +22,14 @@ def translate_stream(translator, cfg, output: str | None = None, print_scores: b
     file name; None: stdout); with a model that uses no context (Sent2Sent without context input)
     every line is translated as soon as it is read. The output has the input's lines (``<d>`` and
     blank lines kept). Returns the coverage report, or None when the input turns out to be JSON or
-    XML (then read as a whole)."""
+    XML (then read as a whole). An input without a sentence is an error, as an empty file is."""
     stdin = sys.stdin.buffer
     first = stdin.readline()
     if first.lstrip(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"<") and first.strip() != b"<d>":
         sys.stdin = io.TextIOWrapper(io.BytesIO(first + stdin.read()), encoding="utf-8")
         return None
     per_line = cfg.data.mode == "sent2sent" and not cfg.data.context_input
-    out = Path(output).open("w", encoding="utf-8") if output else sys.stdout
+    out = _Output(output)
     total = CoverageReport()
     sents: list[str] = []
     ndocs = 0
@@ -37,7 +37,7 @@ def translate_stream(translator, cfg, output: str | None = None, print_scores: b
     def flush() -> None:
         nonlocal ndocs
         if sents:
-            _translate_one(translator, cfg, Document(str(ndocs), list(sents)), out, print_scores, total)
+            _translate_one(translator, cfg, Document(str(ndocs), list(sents)), out.open(), print_scores, total)
             ndocs += 1
             sents.clear()
     try:
@@ -49,16 +49,41 @@ def translate_stream(translator, cfg, output: str | None = None, print_scores: b
             if line in ("", "<d>"):
                 flush()
                 out.write(line + "\n")
-                out.flush()
                 continue
             sents.append(line)
             if per_line:
                 flush()
         flush()
     finally:
-        if out is not sys.stdout:
-            out.close()
+        out.close()
+    if not ndocs:           # as an empty -i file is refused (and nothing was written)
+        raise DataError("empty input: no sentences", "<stdin>")
     return total
+
+
+class _Output:
+    """The stream's output (a file name; None: stdout), opened at the first translation: the
+    ``<d>`` and blank lines before it are held, so an input without a sentence writes nothing."""
+
+    def __init__(self, path: str | None):
+        self.path, self.file, self.held = path, None, []
+
+    def open(self):
+        if self.file is None:
+            self.file = Path(self.path).open("w", encoding="utf-8") if self.path else sys.stdout
+            self.file.write("".join(self.held))
+        return self.file
+
+    def write(self, text: str) -> None:
+        if self.file is None:
+            self.held.append(text)
+        else:
+            self.file.write(text)
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None and self.file is not sys.stdout:
+            self.file.close()
 
 
 def _translate_one(translator, cfg, doc: Document, out, print_scores: bool, total: CoverageReport) -> None:

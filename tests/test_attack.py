@@ -147,7 +147,23 @@ def _(a):
 @case("prepare", "one-1MB-line", progress=True)
 def _(a):
     prefix = a.corpus("<d>\n" + "x" * 1_000_000 + "\n", "<d>\n" + "y" * 1_000_000 + "\n")
-    return prepare_argv(prefix, a.root / "out"), ["no sentence to learn the subword model from"]
+    return prepare_argv(prefix, a.root / "out"), [f"{prefix}.en", "no sentence to learn the subword model from"]
+
+
+@case("prepare", "random-valid-utf8-without-newline", progress=True)
+def _(a):
+    import random
+    rng = random.Random(1)
+    text = "".join(chr(rng.choice([rng.randrange(0x20, 0xd7ff), rng.randrange(0xe000, 0x10ffff)])) for _ in range(6000))
+    text = text.replace("\r", " ").replace("\x85", " ").replace("\u2028", " ").replace("\u2029", " ")
+    prefix = a.corpus("<d>\n" + text, "<d>\n" + text[::-1])
+    return prepare_argv(prefix, a.root / "out"), [f"{prefix}.en", "no sentence to learn the subword model from"]
+
+
+@case("prepare", "format-jsonl-on-marker-files")
+def _(a):
+    prefix = a.corpus()
+    return prepare_argv(prefix, a.root / "out", "--format", "jsonl"), [f"{prefix}.en", "format jsonl"]
 
 
 @case("prepare", "vocab-size-10", progress=True)
@@ -179,6 +195,19 @@ def _(a):
     a.write("out/notes.txt", "precious\n")
     a.write("out/spm.model", "mine too\n")
     return prepare_argv(a.corpus(), a.root / "out", "--force"), [str(a.root / "out"), "notes.txt"]
+
+
+@case("prepare", "force-over-a-user-file-alone")
+def _(a):
+    a.write("out/results.npy", b"\x93NUMPY my own results")        # a name like a prepared file, no prepare.json
+    return prepare_argv(a.corpus(), a.root / "out", "--force"), [str(a.root / "out"), "no readable prepare.json"]
+
+
+@case("prepare", "force-over-prepared-data-and-a-user-file")
+def _(a):
+    old = a.prepared()
+    a.write("prepared/results.npy", b"\x93NUMPY my own results")
+    return prepare_argv(a.corpus(), old, "--force"), [str(old), "results.npy", "did not write"]
 
 
 @case("prepare", "force-with-a-mistyped-prefix")
@@ -284,6 +313,8 @@ BAD_FLAGS = [
     (["--save-interval-updates", "-1"], "--save-interval-updates must be at least 0"),
     (["--validate-interval-updates", "-1"], "--validate-interval-updates must be at least 0"),
     (["--threads", "-1"], "--threads must be at least 0"),
+    (["--threads", "100000"], "--threads 100000 is more than 4 per CPU"),        # before OpenMP dies
+    (["--set", "model.max_positions=1"], "none of the 260 training instances fits in 1 positions"),
     (["--clip-norm", "-1"], "--clip-norm must be a finite number, at least 0"),
     (["--clip-norm", "nan"], "--clip-norm must be a finite number, at least 0"),
     (["--max-minutes", "-1"], "--max-minutes must be a finite number, at least 0"),
@@ -322,6 +353,19 @@ def _(a):
 def _(a):
     cfg = a.write("exp.yaml", "- a\n- b\n")
     return ["train", a.data(), "--save-dir", a.root / "m", "--config", cfg], [str(cfg), "mapping"]
+
+
+@case("train", "config-naming-a-mistyped-preset")
+def _(a):
+    cfg = a.write("exp.yaml", "preset: transformer_tinny\n")
+    return ["train", a.data(), "--save-dir", a.root / "m", "--config", cfg], \
+        [f"{cfg}: unknown preset", "did you mean 'transformer_tiny'"]
+
+
+@case("train", "config-naming-a-list-as-preset")
+def _(a):
+    cfg = a.write("exp.yaml", "preset: [1, 2]\n")
+    return ["train", a.data(), "--save-dir", a.root / "m", "--config", cfg], [f"{cfg}: preset must be the name"]
 
 
 @case("train", "force-into-a-directory-of-other-files")
@@ -406,7 +450,7 @@ BAD_DECODING = [
     (["--max-instance-tokens", "-1"], "--max-instance-tokens must be at least 0"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--max-tokens", "0"], "--max-tokens must be at least 1"),
-    (["--batch-tokens", "0"], "--max-tokens must be at least 1"),              # the old name
+    (["--batch-tokens", "0"], "--batch-tokens must be at least 1"),            # the old name, as typed
     (["--nbest", "9", "--beam", "2"], "--nbest (9) cannot exceed --beam (2)"),
     (["--precision", "fp64"], "--precision must be"),
     (["--device", "tpu"], "unknown device"),
@@ -570,6 +614,28 @@ def _(a):
         [f"{other}:2", "invalid UTF-8"]
 
 
+@case("evaluate", "compare-with-fewer-documents")
+def _(a):
+    hyp, ref = eval_files(a)
+    other = a.write("other.de", "<d>\nHallo .\n")
+    return ["evaluate", "--hyp", hyp, "--ref", ref, "--compare", other], [str(other), str(ref), "1 document"]
+
+
+@case("evaluate", "more-bootstrap-samples-than-the-maximum")
+def _(a):         # one over: without the guard this case runs (quickly) and fails; a billion would fill the memory
+    hyp, ref = eval_files(a)
+    return ["evaluate", "--hyp", hyp, "--ref", ref, "--compare", hyp, "--bootstrap-samples", "10001"], \
+        ["--bootstrap-samples", "at most 10,000, not 10,001"]
+
+
+def test_a_billion_bootstrap_samples_are_refused_by_the_flag():
+    import argparse
+
+    from docnmt.cli.evaluate import bootstrap_samples
+    with pytest.raises(argparse.ArgumentTypeError, match="at most 10,000, not 1,000,000,000"):
+        bootstrap_samples("1000000000")
+
+
 @case("evaluate", "by-length-source-of-other-documents")
 def _(a):
     hyp, ref = eval_files(a)
@@ -641,7 +707,7 @@ def _(a):
 
 
 for _flags, _words in ((["--max-tokens", "0"], "--max-tokens must be at least 1, not 0"),
-                       (["--batch-tokens", "-4"], "--max-tokens must be at least 1, not -4"),
+                       (["--batch-tokens", "-4"], "--batch-tokens must be at least 1, not -4"),
                        (["--max-context", "-1"], "--max-context must be at least 0, not -1")):
     case("score-contrastive", "flag" + "".join(_flags))(
         lambda a, flags=_flags, words=_words: (score_argv(a, a.write("suite.json", json.dumps(VOITA)), "--format",
@@ -714,7 +780,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from docnmt.config import Config  # noqa: E402
 from docnmt.document import Document  # noqa: E402
-from docnmt.errors import ConfigError, DataError  # noqa: E402
+from docnmt.errors import ConfigError, DataError, DocnmtError  # noqa: E402
 from docnmt.readers import FORMATS, read_documents, write_jsonl, write_marker  # noqa: E402
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -843,3 +909,81 @@ def test_search_scores_that_cannot_fit_are_refused_naming_beam_and_batch_size(sm
     docs = [Document(str(i), ["sentence number 1 of a document ."]) for i in range(64)]
     with pytest.raises(ConfigError, match="--beam 40 with --batch-size 64: each search step needs"):
         limits.check_translation(tr, docs, tr.cfg.decode, ["in.en"])
+
+
+# ================================ cases that need more than a command line: stdin, a run, transformers
+
+@pytest.mark.parametrize("stdin", [b"", b"<d>\n\n<d>\n"])
+def test_empty_standard_input_is_refused_like_an_empty_file(stdin, tmp_path, request, cli_error, monkeypatch):
+    import io
+    import sys
+    a = Attack(tmp_path, request)
+    model, empty = a.model(), a.write("empty.en", "")
+    from_file = cli_error("translate", model, "-i", empty, "-q")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    from_stdin = cli_error("translate", model, "-o", tmp_path / "out.de", "-q")
+    assert from_stdin == from_file.replace(str(empty), "<stdin>") == "docnmt: error: <stdin>: empty input: no sentences"
+    assert not (tmp_path / "out.de").exists()                            # nothing written
+
+
+def test_train_force_removes_only_the_names_a_run_writes(tmp_path, request, run_cli):
+    """--force over a model directory starts the run over and leaves a file of the user's there."""
+    a = Attack(tmp_path, request)
+    model = a.model()
+    a.write("model/results.npy", b"my own results")
+    a.write("model/notes/today.txt", "keep me\n")
+    status, _, err = run_cli(*train_argv(a.data(), model, "--force"))
+    assert status == 0, err
+    assert (model / "results.npy").read_bytes() == b"my own results"
+    assert (model / "notes/today.txt").read_text() == "keep me\n"
+    assert (model / "model.safetensors").exists() and (model / "checkpoints").is_dir()
+
+
+def test_a_training_set_partly_longer_than_the_positions_is_warned_about_with_its_share(tmp_path, request, run_cli):
+    a = Attack(tmp_path, request)
+    status, _, err = run_cli(*train_argv(a.data(), tmp_path / "m", "--set", "model.max_positions=8"))
+    assert status == 0, err
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warning == ["warning: 226 of the 260 training instances (86.9%) are longer than the model's 8 positions "
+                       "(model.max_positions); translation refuses inputs that long"]
+
+
+def _nllb_tokenizer(directory: Path) -> Path:
+    """A tiny NLLB tokenizer (a SentencePiece model learned on the bundled chats) and a config.json
+    naming the family: import-hf reads no further before it asks for the languages."""
+    import io
+
+    import sentencepiece as spm
+    T = pytest.importorskip("transformers")
+    texts = [s for s in (GOOD + GOOD_DE).splitlines() if s != "<d>"] * 20
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=buf, vocab_size=30, model_type="bpe",
+                                   character_coverage=1.0, minloglevel=2, hard_vocab_limit=False, num_threads=1)
+    (directory / "spm").mkdir(parents=True)
+    (directory / "spm/sentencepiece.bpe.model").write_bytes(buf.getvalue())
+    tok = T.NllbTokenizer.from_pretrained(str(directory / "spm"), extra_special_tokens=["eng_Latn", "deu_Latn"])
+    tok.save_pretrained(str(directory))
+    (directory / "config.json").write_text(json.dumps({"model_type": "m2m_100"}))
+    return directory
+
+
+def test_import_hf_of_nllb_without_languages_lists_its_codes(tmp_path, cli_error):
+    hf = _nllb_tokenizer(tmp_path / "nllb")
+    err = cli_error("import-hf", hf, "--save-dir", tmp_path / "m")
+    assert f"{hf}: this model translates between many languages" in err and "eng_Latn, deu_Latn" in err
+    assert "deu_Latn" in cli_error("import-hf", hf, "--save-dir", tmp_path / "m", "--src-lang", "eng_Latn",
+                                   "--tgt-lang", "xx_Yyyy")
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_tokenizer_without_ordinary_pieces_is_a_docnmt_error():
+    T = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models
+
+    from docnmt.hf import vocab_layout
+    specials = ["<pad>", "</s>", "<unk>"]
+    tok = T.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({s: i for i, s in enumerate(specials)},
+                                                                                unk_token="<unk>")),
+                                    pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    with pytest.raises(DocnmtError, match="the tokenizer has no ordinary pieces"):
+        vocab_layout(tok, 3, None)

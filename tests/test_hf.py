@@ -488,8 +488,9 @@ def test_a_native_export_imports_back_and_translates_as_before(tiny_model, tmp_p
 
 
 def test_export_force_replaces_only_an_earlier_export(tiny_model, tmp_path, run_cli):
-    """--force swaps an earlier export for the new one; a directory export-hf did not write is
-    refused with and without it, and stays as it was. The files are readable by the group."""
+    """--force swaps an earlier export for the new one; a directory export-hf did not write, or an
+    export holding a file it did not write, is refused with and without it, and stays as it was.
+    The files are readable by the group."""
     pytest.importorskip("transformers")
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -500,10 +501,15 @@ def test_export_force_replaces_only_an_earlier_export(tiny_model, tmp_path, run_
         assert [p.name for p in mine.iterdir()] == ["config.json"] and (mine / "config.json").read_text() == "mine"
     out = tmp_path / "hf"
     assert run_cli("export-hf", tiny_model("sent2sent"), out)[0] == 0
-    (out / "stale.txt").write_text("from before")          # not something the new export writes
+    (out / "notes.txt").write_text("mine")                 # a file of the user's in an earlier export
     assert run_cli("export-hf", tiny_model("sent2sent"), out)[0] == 2
+    status, _, err = run_cli("export-hf", tiny_model("sent2sent"), out, "--force")
+    assert status == 2 and "holds notes.txt, which export-hf did not write" in err
+    assert (out / "notes.txt").read_text() == "mine"
+    (out / "notes.txt").unlink()
+    (out / "config.json").write_text("{}")                 # the earlier export's own files are replaced
     assert run_cli("export-hf", tiny_model("sent2sent"), out, "--force")[0] == 0
-    assert (out / "docnmt.json").exists() and not (out / "stale.txt").exists()
+    assert (out / "docnmt.json").exists() and json.loads((out / "config.json").read_text())
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert all(p.stat().st_mode & 0o044 == 0o044 for p in out.iterdir())
 

@@ -12,9 +12,21 @@ from pathlib import Path
 
 from ..errors import DocnmtError
 from .files import model_files, refuse_inputs, refuse_overwrite, refuse_unwritable
-from .flags import add_verb, positive_int
+from .flags import Alias, add_verb, positive_int, typed_name
 
 SUITE_FORMATS = ["auto", "voita", "bawden", "scat", "contrapro"]
+
+
+MAX_BOOTSTRAP_SAMPLES = 10_000      # ten times the usual 1,000: seconds, and resample counts of N x sentences in memory
+
+
+def bootstrap_samples(text: str) -> int:
+    """--bootstrap-samples: 1 to MAX_BOOTSTRAP_SAMPLES (more runs for minutes and can fill the memory)."""
+    value = positive_int(text)
+    if value > MAX_BOOTSTRAP_SAMPLES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_BOOTSTRAP_SAMPLES:,}, not {value:,} (each resample scores "
+                                         "the whole test set; 1,000 is the usual number)")
+    return value
 
 
 def add_evaluate(sub) -> None:
@@ -22,8 +34,8 @@ def add_evaluate(sub) -> None:
     p.add_argument("--hyp", required=True, help="translation (marker format with <d> lines, or JSONL)")
     p.add_argument("--ref", required=True, help="references in the same document structure")
     p.add_argument("--compare", help="a second system's translation: paired bootstrap against --hyp")
-    p.add_argument("--bootstrap-samples", type=positive_int, default=1000, metavar="N",
-                   help="bootstrap resamples for the paired significance test of --compare")
+    p.add_argument("--bootstrap-samples", type=bootstrap_samples, default=1000, metavar="N",
+                   help="bootstrap resamples for the paired significance test of --compare (at most 10,000)")
     p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument("--by-length", action="store_true",
                    help="also d-BLEU per document-length bucket (source words with --src, else reference words)")
@@ -81,8 +93,8 @@ def add_compare(sub) -> None:
     p.add_argument("--cxmi", action="store_true",
                    help="also how much each model uses its context: CXMI in bits per reference word piece "
                         "(as docnmt score --cxmi; model directories only)")
-    p.add_argument("--bootstrap-samples", type=positive_int, default=1000, metavar="N",
-                   help="bootstrap resamples of the paired significance tests")
+    p.add_argument("--bootstrap-samples", type=bootstrap_samples, default=1000, metavar="N",
+                   help="bootstrap resamples of the paired significance tests (at most 10,000)")
     p.add_argument("--force", action="store_true", help="re-translate, and write into a non-compare --out")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
 
@@ -121,7 +133,8 @@ def add_score_contrastive(sub) -> None:
     p.add_argument("--plot", help="write accuracy by antecedent distance (or pronoun) here (PNG)")
     p.add_argument("--max-tokens", dest="batch_tokens", type=int, metavar="N",
                    help="batch budget: tokens per scoring batch (default: the model's decoding budget)")
-    p.add_argument("--batch-tokens", dest="batch_tokens", type=int, help=argparse.SUPPRESS)    # the old name
+    p.add_argument("--batch-tokens", dest="batch_tokens", type=int, action=Alias,        # the old name
+                   help=argparse.SUPPRESS)
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
@@ -167,7 +180,8 @@ def read_examples(args, baseline) -> list:
     """The suite's examples, after the checks of the numeric flags; as many as ``--against`` has."""
     from ..suites import read_suite
     if args.batch_tokens is not None and args.batch_tokens < 1:
-        raise DocnmtError(f"--max-tokens must be at least 1, not {args.batch_tokens}")
+        raise DocnmtError(f"{typed_name(args, '--max-tokens', 'batch_tokens')} must be at least 1, "
+                          f"not {args.batch_tokens}")
     if args.max_context is not None and args.max_context < 0:
         raise DocnmtError(f"--max-context must be at least 0, not {args.max_context}")
     examples = read_suite(args.suite, args.format, split=args.split, detokenize=not args.no_detokenize,

@@ -58,7 +58,7 @@ TRAIN_FLAGS = {
                             "train only the parameters --init-from did not set (two-step training)", "methods"),
     "--precision": ("train.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16 (autocast)",
                     "device"),
-    "--threads": ("train.threads", int, "CPU threads (0 = torch's default)", "device"),
+    "--threads": ("train.threads", int, "CPU threads (0 = torch's default; at most 4 per CPU)", "device"),
     "--compile": ("train.compile", bool, "torch.compile the training forward pass (dynamic shapes: new batch "
                   "shapes do not compile again; for GPUs)", "device"),
     "--validate-interval-updates": ("train.validate_interval_updates", int,
@@ -118,6 +118,22 @@ DECODE_ALIASES = {"--batch-tokens": "--max-tokens"}
 
 class HelpFormatter(argparse.HelpFormatter):
     """Every option's default after its help text, unless the text already says it or there is
+class Alias(argparse.Action):
+    """An old name of a flag (``add_argument(OLD, dest=..., action=Alias)``): stores the value as
+    the flag does and remembers the name typed, so that an error names the flag the user typed
+    (:func:`typed_name`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.aliases_typed = {**(getattr(namespace, "aliases_typed", None) or {}), self.dest: option_string}
+
+
+def typed_name(args, flag: str, dest: str | None = None) -> str:
+    """``flag`` (storing into ``dest``, by default the flag's own), or the old name of it the
+    command line used."""
+    return (getattr(args, "aliases_typed", None) or {}).get(dest or flag[2:].replace("-", "_"), flag)
+
+
     none (a flag absent from the command line)."""
 
     def __init__(self, prog):
@@ -197,7 +213,7 @@ def collect_overrides(args, flags: dict) -> dict:
 def flag_labels(args, flags: dict) -> dict:
     """Config key -> the flag the user typed for it (``decode.max_sentences`` -> ``--batch-size``,
     ``--set train.lr``), so that a bad value is reported under that name."""
-    labels = {key: flag for flag, (key, *_) in flags.items()
+    labels = {key: typed_name(args, flag) for flag, (key, *_) in flags.items()
               if key and getattr(args, flag[2:].replace("-", "_"), None) is not None}
     for item in getattr(args, "set", None) or []:
         key = item.split("=", 1)[0]

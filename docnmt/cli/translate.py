@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import DocnmtError
 from .files import model_files, refuse_inputs, refuse_overwrite, refuse_unwritable
-from .flags import DECODE_ALIASES, FORMAT_HELP, add_flags, add_verb, collect_overrides, decode_flags, flag_labels
+from .flags import DECODE_ALIASES, FORMAT_HELP, Alias, add_flags, add_verb, collect_overrides, decode_flags, flag_labels
 
 
 def add_translate(sub) -> None:
@@ -41,7 +41,8 @@ def add_translate(sub) -> None:
     flags = decode_flags()
     add_flags(p, flags, groups)
     for alias, flag in DECODE_ALIASES.items():
-        p.add_argument(alias, dest=flag[2:].replace("-", "_"), type=flags[flag][1], help=argparse.SUPPRESS)
+        p.add_argument(alias, dest=flag[2:].replace("-", "_"), type=flags[flag][1], action=Alias,
+                       help=argparse.SUPPRESS)
 
 
 def cmd_translate(args) -> int:

@@ -11,8 +11,9 @@ weights under docnmt's names, and the tokenizer with the model's own ids
 Hugging Face layout.
 
 Modules: :mod:`.common` (the families, file names, ``transformers``), :mod:`.weights` (weight
-names and tensors), :mod:`.tokenizer` (the tokenizer adapter), :mod:`.languages` (language codes
-and tokens), :mod:`.importer`, :mod:`.exporter`, :mod:`.init_from` (``train --init-from``).
+names and tensors), :mod:`.tokenizer` (the tokenizer adapter: every use of the tokenizer API,
+language codes and tokens included), :mod:`.importer`, :mod:`.exporter`, :mod:`.init_from`
+(``train --init-from``).
 
 This is the only package that imports ``transformers``, and only inside the functions that need
 it; nothing is ever downloaded (offline mode, local files only).

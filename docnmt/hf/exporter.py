@@ -15,6 +15,7 @@ from ..config import Config
 from ..errors import DocnmtError
 from ..vocab import PretrainedVocab
 from .common import FAMILIES, TOKENIZER_DIR, load_transformers
+from .tokenizer import export_tokenizer
 from .weights import interleaved_to_halves, permute_hidden, to_hf
 
 HF_ACTIVATION = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "swish"}
@@ -77,7 +78,7 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, weights: str | Path | 
     final, out_dir = out_dir, work_dir_beside(out_dir)      # written beside it, renamed into place when complete
     try:
         hf.save_pretrained(str(out_dir))
-        symbols = _export_tokenizer(T, vocab, model_dir, out_dir, record, rows)
+        symbols = export_tokenizer(vocab, model_dir, out_dir, record, rows)
     except BaseException:
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
@@ -86,6 +87,7 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, weights: str | Path | 
             "tokens": rows, "decoder_start_token_id": start, "suppressed_tokens": banned,
             "symbols": {s: vocab.symbol_ids[s] for s in vocab.extra if vocab.symbol_ids[s] < rows and s in symbols},
             "symbols_in_tokenizer": all(symbols.values())}
+    info["files"] = sorted([f.name for f in out_dir.iterdir()] + [EXPORT_RECORD])     # what --force may replace
     (out_dir / EXPORT_RECORD).write_text(json.dumps(info, indent=1))
     _put_in_place(out_dir, final)
     log(f"wrote {FAMILIES[family]} ({rows} tokens) to {final}" + (
@@ -165,6 +167,25 @@ def _check_export_dir(out_dir: Path, force: bool) -> None:
     if not (out_dir / EXPORT_RECORD).exists():
         raise DocnmtError(f"{out_dir} is not a directory export-hf wrote (no {EXPORT_RECORD}), and --force only "
                           "replaces those: remove it yourself or choose another directory")
+    ours = _exported_names(out_dir)
+    foreign = sorted(f.name for f in out_dir.iterdir() if f.name not in ours or f.is_dir())
+    if foreign:
+        raise DocnmtError(f"{out_dir} holds {foreign[0]}, which export-hf did not write, and --force only replaces an "
+                          "earlier export: remove it yourself or choose another directory")
+
+
+def _exported_names(out_dir: Path) -> set[str]:
+    """The files an earlier export lists in its docnmt.json (one written before that list: the
+    names a Hugging Face model and tokenizer directory holds)."""
+    try:
+        files = json.loads((out_dir / EXPORT_RECORD).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        files = None
+    if isinstance(files, list):
+        return {str(f) for f in files}
+    return {EXPORT_RECORD, "config.json", "generation_config.json", WEIGHTS, "tokenizer.json", "tokenizer_config.json",
+            "special_tokens_map.json", "added_tokens.json", "vocab.json", "source.spm", "target.spm",
+            "sentencepiece.bpe.model", "spm.model"}
 
 
 def _put_in_place(work: Path, out_dir: Path) -> None:
@@ -177,43 +198,3 @@ def _put_in_place(work: Path, out_dir: Path) -> None:
 
 def _tied(key: str) -> bool:
     return key == "lm_head.weight" or key.endswith("embed_tokens.weight")
-
-
-def _export_tokenizer(T, vocab, model_dir: Path, out_dir: Path, record, rows: int) -> dict:
-    """Save the tokenizer next to the exported model: the original one of an imported model
-    (a native model: a MarianTokenizer of its SentencePiece model and all its ids), with the
-    rows it has no token for (docnmt's symbols) as its special tokens when they get docnmt's ids.
-    Returns {symbol: whether the tokenizer maps it to docnmt's id}."""
-    if record is None:
-        pieces = {vocab.piece(i): i for i in range(len(vocab))}
-        (out_dir / "spm.model").write_bytes(vocab.proto)
-        (out_dir / "vocab.json").write_text(json.dumps(pieces, ensure_ascii=False))
-        tok = T.MarianTokenizer(str(out_dir / "spm.model"), str(out_dir / "spm.model"), str(out_dir / "vocab.json"),
-                                unk_token=vocab.piece(vocab.unk), eos_token=vocab.piece(vocab.eos),
-                                pad_token=vocab.piece(vocab.pad))
-        for f in ("spm.model", "vocab.json"):
-            (out_dir / f).unlink()
-        names = [s for s in vocab.extra if vocab.symbol_ids[s] < rows]
-    else:
-        tok = T.AutoTokenizer.from_pretrained(str(model_dir / TOKENIZER_DIR), local_files_only=True)
-        for attr in ("src_lang", "tgt_lang"):
-            if hasattr(tok, attr) and record.get(attr):
-                setattr(tok, attr, record[attr])
-        names = [vocab.piece(i) for i in range(min(len(tok), rows), rows)]
-    found = {}
-    if names:
-        tok.add_special_tokens({"additional_special_tokens": names}, replace_extra_special_tokens=False)
-        found = {s: tok.convert_tokens_to_ids(s) == vocab.symbol_ids[s] for s in names}
-        if not all(found.values()):       # ids that are not docnmt's would mislead: keep the tokenizer as it was
-            return _export_tokenizer_plain(T, model_dir, out_dir, record, found)
-    tok.save_pretrained(str(out_dir))
-    return found
-
-
-def _export_tokenizer_plain(T, model_dir: Path, out_dir: Path, record, found: dict) -> dict:
-    tok = T.AutoTokenizer.from_pretrained(str(model_dir / TOKENIZER_DIR), local_files_only=True)
-    for attr in ("src_lang", "tgt_lang"):
-        if hasattr(tok, attr) and record.get(attr):
-            setattr(tok, attr, record[attr])
-    tok.save_pretrained(str(out_dir))
-    return {s: False for s in found}

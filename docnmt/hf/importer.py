@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoint import WEIGHTS, atomic_write, save_weights
+from ..checkpoint import MODEL_DIR_FILES, WEIGHTS, atomic_write, save_weights
 from ..config import Config
 from ..errors import DocnmtError
 from ..model import ModelConfig, Transformer
@@ -96,7 +96,10 @@ def _vocabulary(tok, directory: Path, config: dict, rows: int, src_lang: str | N
     """The vocabulary of the imported model (the tokenizer's files and the original directory's
     tokenizer and configuration files, for export-hf), the model's language-token settings, and the
     pretrained decoder start."""
-    layout = vocab_layout(tok, rows, tgt_lang)
+    try:
+        layout = vocab_layout(tok, rows, tgt_lang)
+    except DocnmtError as e:
+        raise DocnmtError(f"{directory}: {e}") from None
     meta, files = tokenizer_files(tok, directory, layout["meta"])
     langs = layout["langs"]
     start = langs.pop("start")
@@ -158,9 +161,10 @@ def _check_save_dir(save_dir: Path, force: bool) -> None:
 
 
 def _write(save_dir: Path, cfg: Config, vocab, model: Transformer, record: dict) -> None:
-    if save_dir.exists():
+    if save_dir.exists():           # (--force over a docnmt model directory) only docnmt's names: a user's file stays
         for child in save_dir.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+            if child.name in MODEL_DIR_FILES:
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     save_dir.mkdir(parents=True, exist_ok=True)
     cfg.dump(save_dir / "config.yaml")
     vocab.save(save_dir)

@@ -30,7 +30,8 @@ def read_documents(src, tgt=None, fmt: str = "auto", docids=None, allow_empty: b
         with_keys = " and ".join(name for name, f in TABLE.items() if f.keys)
         raise ConfigError(f"options {sorted(kw)} apply to the {with_keys} format only, not {fmt}")
     if spec.one_file and (tgt is not None or docids is not None):
-        raise ConfigError(f"format {fmt} holds both sides and ids in one file: "
+        files = ", ".join("<stdin>" if str(f) == STDIN else str(f) for f in (src, tgt, docids) if f is not None)
+        raise ConfigError(f"{files}: format {fmt} holds both sides and ids in one file: "
                           "give no separate target or docids file")
     if docids is not None and not spec.docids_file:
         with_ids = " and ".join(name for name, f in TABLE.items() if f.docids_file)

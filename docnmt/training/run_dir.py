@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..checkpoint import WEIGHTS, DirectoryLock, atomic_write, crash_point, list_checkpoints, recover
+from ..checkpoint import MODEL_DIR_FILES, WEIGHTS, DirectoryLock, atomic_write, crash_point, list_checkpoints, recover
 from ..config import Config
 from ..errors import DocnmtError
 from ..vocab import BaseVocab
@@ -94,9 +94,11 @@ class RunDir:
                               "use another --save-dir, or --force to start over")
 
     def clear(self) -> None:
-        """Delete what an earlier run left (with --force, or after a start killed early)."""
+        """Delete what an earlier run left (with --force, or after a start killed early): only the
+        names docnmt writes into a model directory (``MODEL_DIR_FILES``); a file of the user's stays."""
         for child in self.contents():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+            if child.name in MODEL_DIR_FILES:
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
 
     def start(self, cfg: Config, vocab: BaseVocab) -> None:
         """Write what a new run starts from: its config and vocabulary."""

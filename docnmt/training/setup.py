@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..attention import AttentionSettings
@@ -44,6 +45,7 @@ def from_dirs(cfg: Config, data_dir: str | Path, save_dir: str | Path, force: bo
     model = build_trainable_model(cfg, data.vocab, device)
     model.attention_settings = AttentionSettings.of(tc)      # this model's own, not the process's
     trainer = Trainer(cfg, model, data, RunDir(save_dir), dist, device, progress_bar)
+    check_positions(trainer)
     try:
         open_run(trainer, force, init_from)
     except Exception:
@@ -56,6 +58,23 @@ def from_dirs(cfg: Config, data_dir: str | Path, save_dir: str | Path, force: bo
     if tc.tensorboard_dir and dist.main:
         trainer.run.tensorboard(tc.tensorboard_dir)
     return trainer
+
+
+def check_positions(trainer: Trainer) -> None:
+    """Refuse a model none of whose training instances fits its positions (translation refuses
+    inputs that long, so the saved model could translate nothing it learned); warn with the share
+    of the instances longer than them."""
+    lens = trainer.train_set.src_lens, trainer.train_set.tgt_lens
+    limit, total = trainer.cfg.model.max_positions, len(lens[0])
+    longer = np.maximum(*lens)                  # an instance's longer side
+    over = int((longer > limit).sum())
+    if total and over == total:
+        raise ConfigError(f"model.max_positions {limit}: none of the {total:,} training instances fits in "
+                          f"{limit} positions (the shortest needs {int(longer.min())}); raise model.max_positions")
+    if over and trainer.dist.main:
+        text = (f"warning: {over:,} of the {total:,} training instances ({100 * over / total:.1f}%) are longer "
+                f"than the model's {limit} positions (model.max_positions); translation refuses inputs that long")
+        print(text, file=sys.stderr)
 
 
 def open_run(trainer: Trainer, force: bool, init_from: str | Path | None) -> None:
