@@ -67,8 +67,8 @@ def prepare(work: Path, args) -> Path:
     """Generate the corpora and suites (seeded) and prepare them, once."""
     gen = work / "gen"
     if not (gen / "data" / "prepare.json").exists():
-        generate(gen, args.seed, args.train_docs, args.valid_docs, (12, 30), TRAIN_DISTANCES, args.distances,
-                 args.examples)
+        generate(gen, args.seed, args.train_docs, args.valid_docs, tuple(args.doc_sents), args.train_distances,
+                 args.distances, args.examples)
         docnmt("prepare", "-s", "en", "-t", "xx", "--trainpref", gen / "raw" / "train", "--validpref",
                gen / "raw" / "valid", "--destdir", gen / "data", "--vocab-size", 600, "--force",
                log=work / "prepare.log")
@@ -129,6 +129,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--train-docs", type=int, default=1200)
     ap.add_argument("--valid-docs", type=int, default=60)
+    ap.add_argument("--doc-sents", type=int, nargs=2, default=[12, 30], metavar=("MIN", "MAX"),
+                    help="sentences per training document")
+    ap.add_argument("--train-distances", type=int, nargs="+", default=TRAIN_DISTANCES,
+                    help="the corpora's event distances (drawn uniformly from this list)")
     ap.add_argument("--examples", type=int, default=200, help="examples per suite")
     ap.add_argument("--distances", type=int, nargs="+", default=DISTANCES)
     args = ap.parse_args()
