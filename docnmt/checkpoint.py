@@ -143,16 +143,17 @@ def _is_tied(model: torch.nn.Module, key: str) -> bool:
     return any(k != key and sd[k].data_ptr() == sd[key].data_ptr() for k in sd)
 
 
-def save_checkpoint(directory: Path, name: str, model: torch.nn.Module, state: dict, keep_last: int,
-                    best: bool = False) -> Path:
-    """Write checkpoint ``name``; with ``best`` also ``model.safetensors``; then point ``LAST`` at
+def save_checkpoint(directory: Path, name: str, model: torch.nn.Module | dict[str, torch.Tensor], state: dict,
+                    keep_last: int, best: bool = False) -> Path:
+    """Write checkpoint ``name`` of ``model`` (or of its weights, a ``{name: CPU tensor}`` dict: a
+    sharded model's, gathered); with ``best`` also ``model.safetensors``; then point ``LAST`` at
     it and delete all but the newest ``keep_last`` checkpoints (see the module docstring)."""
     ckpts = Path(directory) / "checkpoints"
     ckpts.mkdir(parents=True, exist_ok=True)
     final = ckpts / name
     tmp = Path(tempfile.mkdtemp(dir=ckpts, prefix=f".{name}."))
     try:
-        save_file(state_dict_unique(model), str(tmp / WEIGHTS))
+        save_file(model if isinstance(model, dict) else state_dict_unique(model), str(tmp / WEIGHTS))
         os.chmod(tmp / WEIGHTS, 0o666 & ~current_umask())     # safetensors writes 0600
         torch.save(state, tmp / STATE)
         os.chmod(tmp, 0o777 & ~current_umask())

@@ -64,6 +64,7 @@ class TrainConfig:
     threads: int = 0             # torch intra-op threads on CPU; 0 = torch's default
     compile: bool = False        # torch.compile the training forward pass (dynamic shapes: new batch shapes do not
                                  # compile again); meant for GPUs, where an eager step launches many small kernels
+    fsdp: bool = False           # shard weights, gradients and Adam states over the torchrun processes (FSDP2)
     cudnn_attention: bool = False  # let SDPA use cuDNN's fused attention on CUDA: it plans every new batch shape
                                    # anew (tenths of a second each), so with varied token batches it is off;
                                    # process-wide: the last trainer or translator built sets it

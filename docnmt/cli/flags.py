@@ -61,6 +61,8 @@ TRAIN_FLAGS = {
     "--threads": ("train.threads", int, "CPU threads (0 = torch's default; at most 4 per CPU)", "device"),
     "--compile": ("train.compile", bool, "torch.compile the training forward pass (dynamic shapes: new batch "
                   "shapes do not compile again; for GPUs)", "device"),
+    "--fsdp": ("train.fsdp", bool, "shard weights, gradients and Adam states over the torchrun processes "
+               "(FSDP2) instead of replicating them (DDP); needs torchrun with 2+ processes", "device"),
     "--validate-interval-updates": ("train.validate_interval_updates", int,
                                     "validate (and save) every N updates (0 = at the end of each epoch)",
                                     "checkpoints"),

@@ -20,7 +20,6 @@ stops training with an error before the optimizer step, so the checkpoints and
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import sys
@@ -33,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import methods
-from ..checkpoint import WEIGHTS, crash_point, last_checkpoint, load_state, load_weights, save_checkpoint, save_weights
+from ..checkpoint import WEIGHTS, crash_point, last_checkpoint, load_state, save_checkpoint
 from ..config import Config
 from ..data import InstanceSet
 from ..padded_vocab import label_positions
@@ -44,6 +43,7 @@ from .optim import amp_dtype, build_optimizer, check_settings
 from .plots import learning_curve, run_kind
 from .progress import Progress, finished, run_end
 from .run_dir import RunDir
+from .sharding import sharding_for
 from .validation import best_value, validate, validation_line
 
 log = logging.getLogger("docnmt.training")
@@ -60,9 +60,10 @@ class Trainer:
         self.progress_bar = progress_bar and self.dist.main
         self.vocab, self.valid, self.train_corpus, self.save_dir = data.vocab, data.valid, data.train_corpus, run.path
         self.train_set = self.make_train_set(1)
-        self.model = model.to(self.device)
-        self._begin_epoch()
         self.amp_dtype = amp_dtype(cfg.train.precision, self.device)
+        self.shards = sharding_for(cfg.train, self.dist, self.amp_dtype)       # replicated, or FSDP (--fsdp)
+        self.model = self.shards.prepare(model.to(self.device), self.dist, self.device)
+        self._begin_epoch()
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.pretrained: list[str] = []   # parameters initialised from --init-from
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.train, self.pretrained)
@@ -82,11 +83,9 @@ class Trainer:
     # ---- set-up ------------------------------------------------------------------------------
     @cached_property
     def ddp(self) -> torch.nn.Module:
-        """The model, wrapped for DDP under torchrun (made at the first update, after any resume)."""
-        if self.dist.world == 1:
-            return self.model
-        return torch.nn.parallel.DistributedDataParallel(
-            self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        """The model, wrapped for DDP under torchrun (made at the first update, after any resume;
+        a model sharded with ``--fsdp`` is its own wrapper)."""
+        return self.shards.wrap(self.model, self.dist, self.device)
 
     @cached_property
     def train_model(self) -> torch.nn.Module:
@@ -101,7 +100,7 @@ class Trainer:
         params = sum(p.numel() for p in self.model.parameters())
         precision = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype]
         valid = f", {len(self.valid.rows):,} validation instances" if self.valid is not None else ""
-        ranks = f" x {self.dist.world} processes" if self.dist.world > 1 else ""
+        ranks = f" x {self.dist.world} processes{' (FSDP)' * self.shards.sharded}" if self.dist.world > 1 else ""
         return (f"{self.cfg.method_name} ({self.cfg.data.mode}) on {self.device}{ranks} "
                 f"({torch.get_num_threads()} threads), {precision}, {params / 1e6:.2f}M parameters, "
                 f"{len(self.train_set.rows):,} training instances{valid}, "
@@ -127,7 +126,7 @@ class Trainer:
         attention); the others keep their fresh initialisation. Says what was copied."""
         path = Path(source)
         path = path / WEIGHTS if path.is_dir() else path
-        self.pretrained = load_weights(self.model, path, strict=False)
+        self.pretrained = self.shards.load(self.model, path, strict=False)
         self.optimizer, self.scheduler = build_optimizer(self.model, self.cfg.train, self.pretrained)
         fresh = [n for n, _ in self.model.named_parameters() if n not in set(self.pretrained)]
         return (f"initialised {len(self.pretrained)} parameters from {path}; {len(fresh)} fresh: "
@@ -137,10 +136,10 @@ class Trainer:
         """Continue from the checkpoint at ``path``: weights, optimizer, scheduler, progress and
         random states; the run directory forgets what was logged after it."""
         state = load_state(path)
-        load_weights(self.model, path / WEIGHTS)
+        self.shards.load(self.model, path / WEIGHTS)
         self.pretrained = list(state.get("pretrained", []))
         self.optimizer, self.scheduler = build_optimizer(self.model, self.cfg.train, self.pretrained)
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.shards.load_optimizer(self.model, self.optimizer, state)
         self.scheduler.load_state_dict(state["scheduler"])
         if "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
@@ -195,9 +194,8 @@ class Trainer:
                 self._train_epoch(bar, started_at)
         if p.updates != self._validated_at:   # stopped inside an epoch (max_update, max_minutes)
             self.validate_and_save(f"u{p.updates:08d}")
+        self.shards.save_weights(self.model, self.save_dir / WEIGHTS, self.dist.main)     # when none was best
         if self.dist.main:
-            if not (self.save_dir / WEIGHTS).exists():
-                save_weights(self.model, self.save_dir / WEIGHTS)
             self.plot()
             log.info("training finished after %d updates, %.0f s", p.updates, time.time() - self.start_time)
         self.dist.barrier()
@@ -264,8 +262,7 @@ class Trainer:
             batch = bucketed(batch, self.vocab.pad, self.cfg.model.max_positions - 2) if tc.compile else batch
             rows = label_positions(batch["labels"], self.vocab.pad)      # on the host: no device sync
             batch = to_device({**batch, "label_rows": rows}, self.device)
-            sync = i == len(batches) - 1
-            ctx = self.ddp.no_sync() if (self.dist.world > 1 and not sync) else contextlib.nullcontext()
+            ctx = self.shards.no_sync(self.ddp, sync=i == len(batches) - 1)     # gradients averaged at the last
             with ctx, torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                                      enabled=self.amp_dtype is not None):
                 loss, nll, _ = forward_loss(self.train_model, batch, tc.label_smoothing)
@@ -319,11 +316,12 @@ class Trainer:
     def save(self, name: str, best: bool = False) -> None:
         self.losses.read(self.save_dir)                 # never a checkpoint after a non-finite loss
         rng, device_rng = gather_rng(self.dist, self.device)
-        if self.dist.main:
-            state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+        optimizer, weights = self.shards.optimizer_state(self.model, self.optimizer), self.shards.weights(self.model)
+        if self.dist.main:          # (under --fsdp both gathered whole on rank 0: collectives of every rank)
+            state = {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(), "fsdp": self.shards.sharded,
                      "scaler": self.scaler.state_dict(), "progress": self.progress.to_dict(),
                      "pretrained": self.pretrained, "rng": rng, "device_rng": device_rng}
-            save_checkpoint(self.save_dir, name, self.model, state, self.cfg.train.keep_last, best=best)
+            save_checkpoint(self.save_dir, name, weights, state, self.cfg.train.keep_last, best=best)
         self.dist.barrier()
 
     def _log_train(self, bar) -> None:
