@@ -1,6 +1,6 @@
 """The training loop (:class:`Trainer`): token batches, Adam + inverse-sqrt, label smoothing,
 validation, early stopping, exact resumption, bf16/fp16 autocast on CUDA and DDP through
-``torchrun`` -- the same code on a laptop CPU and on GPUs.
+``torchrun``, or FSDP2 with ``--fsdp`` (:mod:`.sharding`) -- the same code on a laptop CPU and on GPUs.
 
 A trainer takes built objects: a config, a model, its data (:class:`~.data.TrainingData`), a run
 directory (:class:`~.run_dir.RunDir`) and the processes (:class:`~.distributed.Distributed`).
