@@ -18,6 +18,7 @@ from _tiny import chat_documents, history, tiny_config
 from docnmt.checkpoint import last_checkpoint, load_state
 from docnmt.errors import ConfigError
 from docnmt.training import Trainer
+from docnmt.training.sharding import check_layout
 
 UPDATES = 6
 DEVICE = os.environ.get("DOCNMT_FSDP_DEVICE", "cpu")
@@ -112,3 +113,24 @@ def test_fsdp_without_torchrun_is_refused(tiny_dir, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="run training under torchrun"):
         Trainer.from_dirs(tiny_config(fsdp=True), tiny_dir / "data", tmp_path / "m", progress_bar=False)
     assert not (tmp_path / "m" / "checkpoints").exists()
+
+
+@pytest.mark.slow
+def test_fsdp_init_from_a_model_directory(runs, tiny_dir, tmp_path):
+    """``--init-from`` (an imported model's directory, in the use this is for) loads every weight
+    into the shards: the first update's loss is the trained model's, not a fresh one's."""
+    proc = torchrun(tiny_dir / "data", tmp_path / "m", 29745, "--fsdp", "--init-from", str(runs["ddp"]),
+                    "--set", "train.max_update=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "; 0 fresh" in proc.stderr
+    fresh, started = losses(runs["fsdp"])[1], losses(tmp_path / "m")[1]
+    assert started < fresh - 0.3          # 10.15 against 10.65 from fresh weights
+
+
+def test_a_checkpoint_resumes_only_the_way_it_was_trained():
+    check_layout({"fsdp": True}, sharded=True)
+    check_layout({}, sharded=False)                  # a checkpoint from before --fsdp existed
+    with pytest.raises(ConfigError, match="saved by a run with --fsdp: resume it with --fsdp"):
+        check_layout({"fsdp": True}, sharded=False)
+    with pytest.raises(ConfigError, match="without --fsdp"):
+        check_layout({"fsdp": False}, sharded=True)
