@@ -324,9 +324,9 @@ def preset_description(name: str) -> str:
 
 
 def load_preset_dict(name: str, _seen: tuple = ()) -> dict:
-    path = PRESET_DIR / f"{name}.yaml"
     if not isinstance(name, str) or not name:
         raise ConfigError(f"preset must be the name of a preset, not {name!r}")
+    path = PRESET_DIR / f"{name}.yaml"
     if not path.exists():
         hint = difflib.get_close_matches(name, preset_names(), n=1)
         raise ConfigError(f"unknown preset or config file {name!r}" +

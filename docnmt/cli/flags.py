@@ -118,8 +118,6 @@ DECODE_FLAGS = {
 DECODE_ALIASES = {"--batch-tokens": "--max-tokens"}
 
 
-class HelpFormatter(argparse.HelpFormatter):
-    """Every option's default after its help text, unless the text already says it or there is
 class Alias(argparse.Action):
     """An old name of a flag (``add_argument(OLD, dest=..., action=Alias)``): stores the value as
     the flag does and remembers the name typed, so that an error names the flag the user typed
@@ -136,6 +134,8 @@ def typed_name(args, flag: str, dest: str | None = None) -> str:
     return (getattr(args, "aliases_typed", None) or {}).get(dest or flag[2:].replace("-", "_"), flag)
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's default after its help text, unless the text already says it or there is
     none (a flag absent from the command line)."""
 
     def __init__(self, prog):
