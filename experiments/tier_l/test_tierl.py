@@ -1,7 +1,7 @@
 """experiments/tier_l/tierl.py, the GPU run's Tier L stage: a step still running at the stage's
 deadline is stopped and the rest skipped, with the summary and outputs kept (decided by a step
 that cannot finish, whatever the machine's speed); and bench/gpu/run.py runs the stage from here,
-its dry run reporting every figure (that one needs the Hansard data of ../shared)."""
+its dry run reporting every figure (on the miniature of tests/data/enfr: nothing outside the repository)."""
 from __future__ import annotations
 
 import importlib.util
