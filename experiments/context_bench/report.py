@@ -56,10 +56,11 @@ def accuracy_cell(s: dict | None) -> str:
     return f"{100 * s['accuracy']:.0f}{mark}"
 
 
-def write_markdown(runs: list[dict], deps, distances, path: Path) -> None:
-    lines = ["<!-- written by experiments/context_bench/report.py from runs/context_bench/scores -->",
+def write_markdown(runs: list[dict], deps, distances, path: Path, source: str = "") -> None:
+    n = next(iter(runs[0]["suites"].values()))["examples"]
+    lines = [f"<!-- written by experiments/context_bench/report.py from {source} -->",
              "T = target-side dependency (pronoun gender from the target context), S = source-side (lexical "
-             "choice from a source cue); k = distance in sentences; 200 examples per cell, chance = 50.", ""]
+             f"choice from a source cue); k = distance in sentences; {n} examples per cell, chance = 50.", ""]
     lines += table(runs, deps, distances, accuracy_cell,
                    "Accuracy (%); * = exact McNemar p < 0.05 against the sentence model of the same recipe")
     lines += table(runs, deps, distances, lambda s: "" if s is None else f"{s['cxmi_bits']:+.2f}",
@@ -105,7 +106,8 @@ def write_results(scores: Path, results: Path, deps, distances) -> None:
         return
     results.mkdir(parents=True, exist_ok=True)
     (results / "results.json").write_text(json.dumps(_round(runs), indent=1) + "\n")
-    write_markdown(runs, deps, distances, results / "results.md")
+    write_markdown(runs, deps, distances, results / "results.md",
+                   "runs/" + scores.as_posix().split("runs/", 1)[-1])
     plot(runs, deps, distances, results / "accuracy_by_distance.png")
 
 
