@@ -10,9 +10,10 @@ import argparse
 import json
 from pathlib import Path
 
-ORDER = ["sent", "doc2sent", "doc2doc", "mr", "gt", "pt", "docflat", "context"]
+ORDER = ["sent", "doc2sent", "doc2doc", "mr", "gt", "pt", "pseudodoc", "docflat", "context"]
 NAMES = {"sent": "Sent2Sent", "doc2sent": "Doc2Sent (K=3)", "doc2doc": "Doc2Doc (512 tok)", "mr": "MR (512 tok)",
-         "gt": "G-Transformer", "pt": "P-Transformer", "docflat": "DocFlat_C (K=3)", "context": "context encoder (N=2)"}
+         "gt": "G-Transformer", "pt": "P-Transformer", "pseudodoc": "DOC2DOC pseudo-documents (K=3)",
+         "docflat": "DocFlat_C (K=3)", "context": "context encoder (N=2)"}
 
 
 def _round(x, n=4):

@@ -44,6 +44,7 @@ METHODS = {
     "gt": ("g_transformer_small", "g_transformer_finetune_small", []),
     "pt": ("p_transformer_small", "p_transformer_small", []),
     "docflat": ("docflat_small", "docflat_small", []),
+    "pseudodoc": ("pseudodoc_small", "pseudodoc_small", []),     # DocFlat's DOC2DOC: its data, no flat-batch attention
     "context": ("context_transformer_small", "context_transformer_small", ["--no-freeze-pretrained"]),
     "mr": ("mr_small", "mr_small", []),
 }
