@@ -18,6 +18,7 @@ from ..vocab import Vocab
 from . import (
     alibi,
     context_transformer,
+    coword_dropout,
     docflat,
     docflat_map,
     gtransformer,
@@ -46,6 +47,7 @@ EXTENSIONS: dict[str, Extension] = {e.name: e for e in (
     sentence_positions.EXTENSION,
     two_pass.EXTENSION,
     word_dropout.EXTENSION,
+    coword_dropout.EXTENSION,
 )}
 
 __all__ = ["EXTENSIONS", "METHODS", "Extension", "Method", "NoOptions", "Setting", "Walk", "build_model", "check",
