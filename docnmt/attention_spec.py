@@ -49,8 +49,9 @@ class MaskPart:
     flex_ready = False      # mask_mod gives a mask_mod
 
     def dense(self, n_q: int, n_k: int, device) -> Tensor | None:
-        """Boolean (…, n_q, n_k), True = blocked, broadcastable to (B, heads, n_q, n_k); None: nothing blocked."""
-        raise NotImplementedError
+        """Boolean (…, n_q, n_k), True = blocked, broadcastable to (B, heads, n_q, n_k); None: nothing blocked.
+        Every part defines it (the base class is abstract here)."""
+        raise NotImplementedError(f"{type(self).__name__} must define dense()")
 
     def mask_mod(self, B: int, n_q: int, n_k: int, device) -> MaskMod | None:
         """FlexAttention's ``mask_mod(b, h, i, j) -> allowed``, or None where the part has none.

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
 import os
 import shutil
 import sys
 from datetime import datetime
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from restore_weights import sha256  # noqa: E402  (experiments/: the one file hash of the kept weights)
 
 SUITES = ("anaphora", "lexical-choice", "scat_yin2021_enfr")
 SCORES = tuple(f"{s}.json" for s in SUITES) + ("valid.json", "valid.coverage.json", "valid.cxmi.json")
@@ -71,12 +73,6 @@ def training_time(log: Path, max_gap: float = 1800.0) -> dict:
     return {"seconds": seconds, "restarts_or_pauses": restarts, "last_update": prev[1] if prev else 0}
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def keep(run: Path, dest: Path, weights: bool, fp32: bool = False, started_from: Path | None = None,
