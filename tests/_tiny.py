@@ -111,3 +111,26 @@ def history(save_dir) -> list[dict]:
 # conftest.py, which a test cannot import by name once pytest also collects experiments/ (its own conftest)
 DOCFLAT = {"method.name": "docflat", "data.separator": "global_index", "data.batch_order": "ordered",
            "data.context": 2}
+
+# every document method, as (mode, config overrides) for tiny_config: the methods a training aid
+# (docs/methods/split_pairs.md, context_margin.md) must compose with
+DOC_METHODS = {
+    "doc2doc": ("doc2doc", {}),
+    "doc2sent": ("doc2sent", {"data.context": 2}),
+    "mr": ("mr", {}),
+    "gtransformer": ("doc2doc", {"method.name": "gtransformer", "data.separator": "group",
+                                 "method.combined_enc_self": 1, "method.combined_dec_self": 1,
+                                 "method.combined_cross": 1}),
+    "ptransformer": ("doc2doc", {"method.name": "ptransformer"}),
+    "docflat": ("pseudodoc", DOCFLAT),
+    "context": ("sent2sent", {"method.name": "context_transformer", "data.context_input": 2}),
+}
+
+
+def aid_trainer(method: str, data: Path, save_dir: Path, aid: dict):
+    """A one-update trainer of document method ``method`` (:data:`DOC_METHODS`) on ``data`` with a
+    training aid's settings ``aid`` (``{"train.split_pairs": 0.5}``)."""
+    from docnmt.training import Trainer
+    mode, over = DOC_METHODS[method]
+    return Trainer.from_dirs(tiny_config(mode, max_update=1).override({**over, **aid}), data, save_dir,
+                             progress_bar=False)

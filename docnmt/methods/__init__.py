@@ -17,6 +17,7 @@ from ..model import AttentionPolicy, Transformer
 from ..vocab import Vocab
 from . import (
     alibi,
+    context_margin,
     context_transformer,
     coword_dropout,
     docflat,
@@ -25,6 +26,7 @@ from . import (
     length_bias,
     ptransformer,
     sentence_positions,
+    split_pairs,
     two_pass,
     word_dropout,
 )
@@ -48,12 +50,14 @@ EXTENSIONS: dict[str, Extension] = {e.name: e for e in (
     two_pass.EXTENSION,
     word_dropout.EXTENSION,
     coword_dropout.EXTENSION,
+    split_pairs.EXTENSION,
+    context_margin.EXTENSION,
 )}
 
 __all__ = ["EXTENSIONS", "METHODS", "Extension", "Method", "NoOptions", "Setting", "Walk", "build_model", "check",
            "cli_flags", "data_joiner", "decode_walk", "formats", "get", "joiner_class", "make_joiner",
-           "options_class", "search_args", "settings", "start_token", "train_batch", "training_plots",
-           "training_rows"]
+           "options_class", "search_args", "settings", "start_token", "train_batch", "train_loss",
+           "training_data", "training_plots", "training_rows"]
 
 
 def get(name: str) -> Method:
@@ -159,6 +163,26 @@ def training_rows(corpus: Corpus, data: ModeConfig, epoch: int, seed: int = 1):
         if rows is not None:
             return rows
     return build_instances(corpus, data, training=True, epoch=epoch, seed=seed)
+
+
+def training_data(cfg, corpus: Corpus, rows, vocab: Vocab, epoch: int) -> tuple:
+    """An epoch's training corpus and instances after every extension's ``training_data`` hook
+    (split-pair training adds its documents)."""
+    for ext in _hooks(cfg.method_name):
+        out = ext.training_data(corpus, rows, cfg, vocab, epoch, cfg.train.seed) if ext.training_data else None
+        if out is not None:
+            corpus, rows = out
+    return corpus, rows
+
+
+def train_loss(cfg, model, batch: dict, outputs, instances):
+    """The extensions' terms added to a training batch's summed loss (the context margin), or None."""
+    total = None
+    for ext in _hooks(cfg.method_name):
+        term = ext.train_loss(model, batch, outputs, cfg, instances) if ext.train_loss is not None else None
+        if term is not None:
+            total = term if total is None else total + term
+    return total
 
 
 def train_batch(cfg, batch: dict, vocab: Vocab, epoch: int, seed: tuple) -> dict:

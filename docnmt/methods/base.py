@@ -84,8 +84,16 @@ class Hooks:
     * ``model_pieces(model, cfg, vocab)``: attach pieces to a built model (length-aware attention);
     * ``training_rows(corpus, data, epoch, seed) -> rows | None``: the training instances of an
       epoch, replacing the mode's (dynamic length sampling);
+    * ``training_data(corpus, rows, cfg, vocab, epoch, seed) -> (corpus, rows) | None``: an epoch's
+      training corpus and instances extended or changed, after ``training_rows`` (split-pair
+      training adds documents of its own); every extension's applies, in registry order;
     * ``train_batch(batch, cfg, vocab, epoch, seed) -> batch``: a training batch as the model sees
       it (word dropout); ``seed`` is a tuple unique to the batch and process;
+    * ``train_loss(model, batch, outputs, cfg, instances) -> Tensor | None``: a term added to a
+      training batch's summed loss (the context margin), given the model, the collated batch (on the
+      host, its ``seed`` included), the main forward's ``(loss, nll)`` and the epoch's
+      :class:`~docnmt.data.InstanceSet` the batch came from; the update divides it by its target
+      tokens like the rest of the loss;
     * ``plots(cfg, corpus, save_dir, epoch)``: figures added to a model directory after training;
     * ``walk(cfg, search) -> Walk | None``: how the translator walks documents (sliding windows,
       two passes);
@@ -101,7 +109,9 @@ class Hooks:
     formats: dict = field(default_factory=dict)
     model_pieces: Callable | None = None
     training_rows: Callable | None = None
+    training_data: Callable | None = None
     train_batch: Callable | None = None
+    train_loss: Callable | None = None
     plots: Callable | None = None
     walk: Callable | None = None
     start_token: Callable | None = None

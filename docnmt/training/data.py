@@ -117,10 +117,12 @@ class TrainingData:
         return cls(cfg, vocab, train, valid)
 
     def train_set(self, epoch: int) -> InstanceSet:
-        """The training instances of an epoch (dynamic length sampling draws them anew)."""
+        """The training instances of an epoch (dynamic length sampling draws them anew), over the
+        training corpus as the extensions extend it (split-pair training's documents)."""
         d = self.cfg.data
         rows = methods.training_rows(self.train_corpus, d, epoch, self.cfg.train.seed)
         if not len(rows):
             raise ConfigError(f"no training instances: data.min_train_doc_sents ({d.min_train_doc_sents}) or "
                               f"data.max_train_sent_tokens ({d.max_train_sent_tokens}) drops every training document")
-        return InstanceSet(self.train_corpus, rows, self.joiner)
+        corpus, rows = methods.training_data(self.cfg, self.train_corpus, rows, self.vocab, epoch)
+        return InstanceSet(corpus, rows, self.joiner)

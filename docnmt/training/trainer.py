@@ -165,10 +165,10 @@ class Trainer:
         return batches[self.dist.rank: usable: self.dist.world]
 
     def collate(self, batch: np.ndarray, epoch: int, index: int) -> dict:
-        """A training batch, after the extensions' batch hooks (word dropout in the epochs that have it)."""
+        """A training batch, after the extensions' batch hooks (word dropout in some epochs), with its ``seed``."""
         out = self.train_set.collate(batch)
         seed = (self.cfg.train.seed, epoch, self.dist.rank, index)
-        return methods.train_batch(self.cfg, out, self.vocab, epoch, seed)
+        return {**methods.train_batch(self.cfg, out, self.vocab, epoch, seed), "seed": seed}
 
     def done(self) -> bool:
         return finished(self.cfg.train, self.progress, time.time() - self.start_time)
@@ -266,6 +266,8 @@ class Trainer:
             with ctx, torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
                                      enabled=self.amp_dtype is not None):
                 loss, nll, _ = forward_loss(self.train_model, batch, tc.label_smoothing)
+                extra = methods.train_loss(self.cfg, self.model, batches[i], (loss, nll), self.train_set)
+                loss = loss if extra is None else loss + extra          # an extension's term (context margin)
                 self.scaler.scale(loss).backward()
             sums.append(torch.stack([loss.detach(), nll.detach()]).double())
             ntokens += rows.numel()

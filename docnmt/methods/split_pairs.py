@@ -1,0 +1,114 @@
+"""Split-pair training (Lupo et al., 2022, "Divide and Rule"; docs/methods/split_pairs.md), a
+switch any document method can use: every epoch, each training sentence pair is, with probability
+``train.split_pairs``, also cut into two consecutive segment pairs that become a two-sentence
+document of their own: the first half is the context of the second, whose words often need it
+(an intra-sentence link broken by the cut), so the model learns to look there.
+
+The cut (:func:`split_pair`): the source at its word boundary nearest the middle, the target at
+its word boundary nearest the proportional position (source cut j of n tokens: the target's
+m·j/n). The extra documents are cut into instances by the method's own mode like any document
+(without the sentence-pair mixture and the training-document filters: they are not real
+documents); the draws depend on (seed, epoch) only, so a resumed run sees the same ones.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .. import ranges
+from ..data import Corpus, Side, build_instances
+from ..data.instances import train_documents
+from ..errors import ConfigError
+from .base import Extension, Setting
+
+
+def word_starts(vocab) -> tuple[np.ndarray, np.ndarray]:
+    """Per vocabulary id: whether its piece opens a word (SentencePiece's ``▁``, byte BPE's ``Ġ``;
+    without either, every piece but WordPiece's ``##`` ones) and whether it runs on into the next
+    piece (Moses BPE's ``@@``). A word starts at token j iff j opens one and j−1 does not run on."""
+    pieces = [vocab.piece(i) for i in range(len(vocab))]
+    marked = any(p.startswith(("▁", "Ġ")) for p in pieces)
+    opens = np.array([p.startswith(("▁", "Ġ")) if marked else not p.startswith("##") for p in pieces])
+    joins = np.array([p.endswith("@@") for p in pieces])
+    return opens, joins
+
+
+def cut_point(tokens: np.ndarray, opens: np.ndarray, joins: np.ndarray, at: float) -> int:
+    """The word boundary of ``tokens`` (a token index in 1..n−1 where a word starts) nearest
+    position ``at`` (the earlier of two as near); 0 when the sentence is one word."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    starts = np.flatnonzero(opens[tokens[1:]] & ~joins[tokens[:-1]]) + 1
+    return int(starts[np.argmin(np.abs(starts - at))]) if len(starts) else 0
+
+
+def split_pair(src: np.ndarray, tgt: np.ndarray, opens: np.ndarray, joins: np.ndarray) -> tuple[int, int]:
+    """Where a sentence pair is cut: the source at its word boundary nearest its middle, the target
+    at its word boundary nearest the proportional position; (0, 0) when either side is one word."""
+    j = cut_point(src, opens, joins, len(src) / 2)
+    k = cut_point(tgt, opens, joins, len(tgt) * j / len(src)) if j else 0
+    return (j, k) if j and k else (0, 0)
+
+
+def split_corpus(corpus: Corpus, sents: np.ndarray, vocab) -> Corpus:
+    """The two-sentence documents (first half, second half) of the sentence pairs ``sents`` that
+    can be cut."""
+    opens, joins = word_starts(vocab)
+    src, tgt = [], []
+    for i in sents:
+        s, t = corpus.src[int(i)], corpus.tgt[int(i)]
+        j, k = split_pair(s, t, opens, joins)
+        if j:
+            src += [s[:j], s[j:]]
+            tgt += [t[:k], t[k:]]
+    n = len(src) // 2
+    return Corpus(Side.from_lists(src), Side.from_lists(tgt), np.arange(0, 2 * n + 1, 2, dtype=np.int64),
+                  [f"split-pair-{d}" for d in range(n)])
+
+
+def joined(a: Corpus, b: Corpus) -> Corpus:
+    """``b``'s documents after ``a``'s, in one corpus (a copy of both)."""
+    def side(x: Side, y: Side) -> Side:
+        return Side(np.concatenate([x.tokens, y.tokens]), np.concatenate([x.offsets, y.offsets[1:] + len(x.tokens)]))
+    return Corpus(side(a.src, b.src), side(a.tgt, b.tgt),
+                  np.concatenate([a.doc_offsets, b.doc_offsets[1:] + a.n_sents]), [*a.docids, *b.docids],
+                  np.concatenate([a.sentence_level, b.sentence_level]))
+
+
+def with_split_pairs(corpus: Corpus, rows: np.ndarray, data, vocab, rate: float, epoch: int,
+                     seed: int) -> tuple[Corpus, np.ndarray]:
+    """``corpus`` with this epoch's split pairs as documents after its own, and ``rows`` with their
+    instances (the mode's, without sentence mixture and document filters). Each sentence pair of a
+    document the filters keep is drawn with probability ``rate``."""
+    rng = np.random.default_rng([seed, epoch, 0x5B])
+    kept = train_documents(corpus, data)[corpus.doc_of(np.arange(corpus.n_sents))]
+    extra = split_corpus(corpus, np.flatnonzero((rng.random(corpus.n_sents) < rate) & kept), vocab)
+    if not extra.n_docs:
+        return corpus, rows
+    plain = replace(data, mix_sentences=False, min_train_doc_sents=0, max_train_sent_tokens=0)
+    more = build_instances(extra, plain, training=True, epoch=epoch, seed=seed) + corpus.n_sents
+    return joined(corpus, extra), np.concatenate([rows, more])
+
+
+def has_context(data) -> bool:
+    """Whether the instances of a ``data:`` section carry context (concatenated or a context input)."""
+    return data.mode != "sent2sent" or data.context_input > 0
+
+
+def _check(cfg) -> None:
+    if cfg.train.split_pairs > 0 and not has_context(cfg.data):
+        raise ConfigError("--split-pairs needs a document method (a document mode or --context-input): "
+                          "a sentence-level model would see the halves without their context")
+
+
+def _extend(corpus, rows, cfg, vocab, epoch: int, seed: int):
+    if cfg.train.split_pairs <= 0 or corpus.tgt is None:
+        return None
+    return with_split_pairs(corpus, rows, cfg.data, vocab, cfg.train.split_pairs, epoch, seed)
+
+
+EXTENSION = Extension(name="split_pairs", training_data=_extend, check=_check, settings=(
+    Setting("train.split_pairs", 0.0, "P(a training sentence pair is also added, cut in two, as a two-sentence "
+            "document: first half as the second's context), drawn anew each epoch (split-pair training)",
+            "--split-pairs", limit=ranges.PROBABILITY),
+))

@@ -1,0 +1,113 @@
+"""The context margin loss (docs/methods/context_margin.md): the wrong-context instance keeps the
+current sentence and swaps its context in every document method's layout; the hinge is a
+differentiable term with a non-zero gradient while the log-likelihood gap is below the margin and
+none above it; off by default, refused without context; one update of every document method with
+it on. Each test fails with the aid switched off or the swap broken."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from _tiny import DOC_METHODS, aid_trainer, tiny_config
+from docnmt import methods
+from docnmt.config import Config
+from docnmt.data import InstanceSet, build_instances
+from docnmt.methods.context_margin import current_labels, margin_loss, swapped, with_context
+
+
+def instances_of(name: str, corpus, vocab) -> tuple[Config, InstanceSet]:
+    mode, over = DOC_METHODS[name]
+    cfg = tiny_config(mode).override(over)
+    return cfg, InstanceSet(corpus, build_instances(corpus, cfg.data), methods.data_joiner(vocab, cfg.data))
+
+
+def with_context_in(inst: InstanceSet, doc: int, which: int) -> int:
+    """Instance ``which`` of those of document ``doc`` that have a context."""
+    ks = np.flatnonzero((inst.corpus.doc_of(inst.rows[:, 0]) == doc) & with_context(inst, np.arange(len(inst))))
+    return int(ks[which])
+
+
+@pytest.mark.parametrize("name", DOC_METHODS)
+def test_the_wrong_context_keeps_the_current_sentence(name, tiny_corpus, tiny_vocab):
+    _, inst = instances_of(name, tiny_corpus, tiny_vocab)
+    k, donor = with_context_in(inst, 0, -1), with_context_in(inst, 1, 0)      # at other places in their documents
+    src, tgt_in, labels, ctx = swapped(inst, k, donor)
+    tail = current_labels(inst, k)
+    own_labels = inst.target(k)[1]
+    assert 0 < tail <= len(own_labels)
+    assert np.array_equal(labels[-tail:], own_labels[-tail:])             # the same current sentence scored
+    a, b, _ = inst.rows[k]
+    current = tiny_corpus.src[b - 1]
+    if inst.joiner.context_sents > 0:                                      # the context encoder: its ctx input
+        assert np.array_equal(src, inst.source(k)) and np.array_equal(ctx, inst.context(donor))
+        assert not np.array_equal(ctx, inst.context(k))
+        return
+    assert ctx is None and not np.array_equal(src, inst.source(k))
+    da, db, _ = inst.rows[donor]
+    words = src.tolist()
+    for sent in [*(tiny_corpus.src[i] for i in range(da, db - 1)), current]:       # the donor's context, then ours
+        n = len(sent)
+        assert any(words[i: i + n] == sent.tolist() for i in range(len(words) - n + 1))
+    if len(labels) > tail:            # a translated context: the donor's, as many sentences as the source's
+        bos = tiny_vocab.bos if name == "gtransformer" else None
+        if bos is not None:
+            assert (src == bos).sum() == (labels == bos).sum()
+
+
+def tiny_model(cfg, vocab):
+    torch.manual_seed(0)
+    return methods.build_model(cfg, vocab)
+
+
+@pytest.mark.parametrize("name", ["doc2sent", "context"])
+def test_the_hinge_has_a_gradient_below_the_margin_and_none_above(name, tiny_corpus, tiny_vocab):
+    cfg, inst = instances_of(name, tiny_corpus, tiny_vocab)
+    model = tiny_model(cfg, tiny_vocab).eval()          # no dropout: the gap is the contexts' alone
+    ids = np.arange(len(inst))
+    below = margin_loss(model, inst, ids, 1e3, 1.0, (1, 1, 0, 0))
+    below.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert below.item() > 0 and any(g.abs().sum() > 0 for g in grads)
+    # the gap itself is not zero: the wrong context changes the score (a swap that swaps nothing: 1e3 · rows)
+    rows = int(with_context(inst, ids).sum())
+    assert below.item() != pytest.approx(1e3 * rows, abs=1e-3)
+    model.zero_grad()
+    above = margin_loss(model, inst, ids, -1e3, 1.0, (1, 1, 0, 0))       # every gap above the margin
+    above.backward()
+    assert above.item() == 0
+    assert all(p.grad is None or not p.grad.abs().sum() for p in model.parameters())
+
+
+def test_the_draws_are_seeded_and_only_instances_with_context_count(tiny_corpus, tiny_vocab):
+    cfg, inst = instances_of("doc2sent", tiny_corpus, tiny_vocab)
+    model = tiny_model(cfg, tiny_vocab).eval()
+    ids = np.arange(len(inst))
+    a = margin_loss(model, inst, ids, 1e3, 0.5, (1, 1, 0, 0))
+    assert a.item() == margin_loss(model, inst, ids, 1e3, 0.5, (1, 1, 0, 0)).item()
+    assert a.item() != margin_loss(model, inst, ids, 1e3, 0.5, (1, 2, 0, 0)).item()
+    starts = ids[~with_context(inst, ids)]                                   # the documents' first sentences
+    assert len(starts) and margin_loss(model, inst, starts, 1e3, 1.0, (1, 1, 0, 0)) is None
+    assert margin_loss(model, inst, ids, 1e3, 0.0, (1, 1, 0, 0)) is None
+
+
+def test_the_registry_adds_it_only_when_asked(tiny_corpus, tiny_vocab):
+    cfg, inst = instances_of("doc2sent", tiny_corpus, tiny_vocab)
+    model = tiny_model(cfg, tiny_vocab)
+    batch = {"ids": torch.arange(len(inst)), "seed": (1, 1, 0, 0)}
+    assert cfg.train.context_margin == 0.0 and cfg.train.context_margin_prob == 0.5
+    assert methods.train_loss(cfg, model, batch, None, inst) is None
+    term = methods.train_loss(cfg.override({"train.context_margin": 0.5}), model, batch, None, inst)
+    assert term is not None and term.requires_grad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", DOC_METHODS)
+def test_one_update_with_every_document_method(name, tiny_dir, tmp_path):
+    tr = aid_trainer(name, tiny_dir / "data", tmp_path / "m",
+                     {"train.context_margin": 0.5, "train.context_margin_prob": 1.0})
+    batch = tr.collate(tr.epoch_batches(1)[0], 1, 0)
+    term = methods.train_loss(tr.cfg, tr.model, batch, None, tr.train_set)
+    assert term is not None and term.requires_grad and term.item() >= 0
+    tr.train()
+    assert tr.progress.updates == 1

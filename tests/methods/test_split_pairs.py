@@ -1,0 +1,91 @@
+"""Split-pair training (docs/methods/split_pairs.md): the cut rule (the source's middle word
+boundary, the target's proportional one), the halves added as two-sentence documents of their own
+only when asked and drawn anew each epoch, refused without context, and one update of every
+document method with it on. Each test fails with the aid switched off."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _tiny import DOC_METHODS, aid_trainer
+from docnmt import methods
+from docnmt.config import Config
+from docnmt.data import build_instances
+from docnmt.errors import ConfigError
+from docnmt.methods.split_pairs import split_pair, word_starts
+
+TINY = {"model.d_model": 32, "model.heads": 2, "model.ffn_dim": 64}
+OPENS = np.arange(10) < 5              # ids 0-4 open a word, 5-9 continue one
+RUNS_ON = np.zeros(10, dtype=bool)
+
+
+def test_the_source_is_cut_at_its_middle_word_boundary_the_target_at_the_proportional_one():
+    src = np.array([0, 5, 1, 2, 6, 6, 3, 4])       # words start at 2, 3, 6, 7; the middle is 4
+    tgt = np.array([0, 1, 5, 2, 3, 4])             # words start at 1, 3, 4, 5; 6 · 3/8 = 2.25
+    assert split_pair(src, tgt, OPENS, RUNS_ON) == (3, 3)
+    late = np.array([0, 5, 5, 5, 5, 1, 2, 6])      # words start at 5, 6 only: cut at 5 of 8
+    assert split_pair(late, np.array([0, 1, 2, 3, 4] * 2), OPENS, RUNS_ON) == (5, 6)       # 10 · 5/8 = 6.25
+    assert split_pair(np.array([0, 5, 6]), tgt, OPENS, RUNS_ON) == (0, 0)         # one source word: no cut
+    assert split_pair(src, np.array([1, 5]), OPENS, RUNS_ON) == (0, 0)            # one target word
+    # Moses BPE: every piece opens a word unless the one before runs on into it ("@@")
+    runs_on = np.arange(10) >= 5
+    assert split_pair(np.array([5, 1, 2, 6, 3, 4]), np.array([1, 2, 3, 4]), np.ones(10, bool), runs_on) == (3, 2)
+
+
+def test_a_real_vocabulary_is_cut_between_words(tiny_vocab):
+    v = tiny_vocab
+    opens, joins = word_starts(v)
+    src = np.array(v.encode("Could you please check the status of my order?", "src"))
+    tgt = np.array(v.encode("Könnten Sie bitte den Status meiner Bestellung prüfen?", "tgt"))
+    j, k = split_pair(src, tgt, opens, joins)
+    assert 0 < j < len(src) and 0 < k < len(tgt)
+    assert v.piece(int(src[j])).startswith("▁") and v.piece(int(tgt[k])).startswith("▁")
+    assert v.decode(src[:j].tolist(), "src") + " " + v.decode(src[j:].tolist(), "src") == v.decode(src.tolist(), "src")
+    assert abs(j - len(src) / 2) <= max(np.diff(np.flatnonzero(opens[src])))    # near the middle
+
+
+def test_the_halves_join_the_training_instances_only_when_asked(tiny_corpus, tiny_vocab):
+    v, corpus = tiny_vocab, tiny_corpus
+    cfg = Config.load("doc2sent_small").override({**TINY, "data.context": 1})
+    rows = build_instances(corpus, cfg.data)
+    assert cfg.train.split_pairs == 0.0                                      # off by default
+    same, same_rows = methods.training_data(cfg, corpus, rows, v, 1)
+    assert same is corpus and same_rows is rows
+    on = cfg.override({"train.split_pairs": 0.5})
+    out, out_rows = methods.training_data(on, corpus, rows, v, 1)
+    assert np.array_equal(out_rows[: len(rows)], rows) and out.n_sents > corpus.n_sents
+    pairs = {(tuple(corpus.src[i]), tuple(corpus.tgt[i])) for i in range(corpus.n_sents)}
+    added = range(corpus.n_docs, out.n_docs)
+    assert 0.2 * corpus.n_sents < len(added) < 0.8 * corpus.n_sents
+    for d in added:                 # a document of two halves that join into a training pair
+        a, b = out.doc_range(d).start, out.doc_range(d).stop
+        assert b - a == 2 and out.docids[d].startswith("split-pair")
+        assert (tuple(np.concatenate([out.src[a], out.src[a + 1]])),
+                tuple(np.concatenate([out.tgt[a], out.tgt[a + 1]]))) in pairs
+        # Doc2Sent: the second half is translated with the first as its context
+        assert any(np.array_equal(r, [a, a + 2, a + 1]) for r in out_rows[len(rows):])
+    again, _ = methods.training_data(on, corpus, rows, v, 1)
+    other, _ = methods.training_data(on, corpus, rows, v, 2)
+    assert np.array_equal(again.src.tokens, out.src.tokens)              # seeded by (seed, epoch)
+    assert not np.array_equal(other.src.tokens, out.src.tokens)          # drawn anew each epoch
+
+
+@pytest.mark.parametrize("flag,value", [("--split-pairs", "0.3"), ("--context-margin", "0.5")])
+def test_both_aids_refuse_a_sentence_level_model_in_one_line(flag, value, tiny_dir, tmp_path, cli_error):
+    """(The context margin's refusal too: docs/methods/context_margin.md.)"""
+    line = cli_error("train", tiny_dir / "data", "--save-dir", tmp_path / "m", "--arch", "transformer_tiny",
+                     flag, value)
+    assert f"{flag} needs a document method" in line
+    with pytest.raises(ConfigError, match=f"{flag} needs a document method"):
+        methods.check(Config.load("transformer_small").override({f"train.{flag[2:].replace('-', '_')}": 0.3}))
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", DOC_METHODS)
+def test_one_update_with_every_document_method(name, tiny_dir, tmp_path):
+    tr = aid_trainer(name, tiny_dir / "data", tmp_path / "m", {"train.split_pairs": 0.5})
+    base = tr.data.train_corpus
+    assert tr.train_set.corpus.n_docs > base.n_docs and tr.train_set.rows[:, 0].max() >= base.n_sents
+    tr.train()
+    assert tr.progress.updates == 1
