@@ -112,8 +112,17 @@ declare -A ARCH=(
   # target tokens (experiments/tier_mfr/results/batches.json); at 7168 it holds as many (4,034 against 4,013)
   [context_full_tok]="--arch context_transformer_small --set train.freeze_pretrained=false --max-tokens 7168"
   [gt_sentpos_lr1_nowd]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0"
+  # the training aids (docs/methods/{coword_dropout,split_pairs,context_margin}.md), each alone on the
+  # G-Transformer closest to the control (gt_sentpos_lr1_nowd) and on Doc2Doc: does any make a document
+  # model use its context (CXMI, the Hansard pronoun suite) at no more than 0.3 d-BLEU?
+  [gt_coword]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0 --coword-dropout 0.1"
+  [gt_split]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0 --split-pairs 0.3"
+  [gt_margin]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0 --context-margin 0.5"
+  [doc2doc_coword]="--arch doc2doc_small --coword-dropout 0.1"
+  [doc2doc_split]="--arch doc2doc_small --split-pairs 0.3"
+  [doc2doc_margin]="--arch doc2doc_small --context-margin 0.5"
 )
-RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa context_full gt_sentpos_lr1_nowd context_full_tok docflat_d_sentpos doc2doc_sentpos"}     # stage1: scored only
+RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa context_full gt_sentpos_lr1_nowd context_full_tok docflat_d_sentpos doc2doc_sentpos gt_coword gt_split gt_margin doc2doc_coword doc2doc_split doc2doc_margin"}     # stage1: scored only
 # one output limit for every system: 1.2 x source + 10 word pieces per sentence (the sentence presets'
 # default; Doc2Doc's and P-Transformer's presets carry the P-Transformer paper's 1.1 and 7, which would give
 # them less room than the others: docs/methods/baselines.md#decoding-document-instances)
@@ -122,7 +131,9 @@ BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
 
 declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt_sentpos [gt_sentpos]=gt [gt_sentpos_lr1]=gt_sentpos
                 [docflat_d_sentpos]=docflat_d [doc2doc_sentpos]=doc2doc [context_full]=context
-                [context_full_tok]=context_full [gt_sentpos_lr1_nowd]=gt_sentpos_lr1)    # second baselines: valid.vs_<baseline>.json
+                [context_full_tok]=context_full [gt_sentpos_lr1_nowd]=gt_sentpos_lr1
+                [gt_coword]=gt_sentpos_lr1_nowd [gt_split]=gt_sentpos_lr1_nowd [gt_margin]=gt_sentpos_lr1_nowd
+                [doc2doc_coword]=doc2doc [doc2doc_split]=doc2doc [doc2doc_margin]=doc2doc)    # second baselines: valid.vs_<baseline>.json
 also() {   # the paired bootstrap of run $1 against its second baseline, into $2 (when both are translated)
   local base=${ALSO[$1]:-}
   [ -n "$base" ] && [ -f "$R/$base/valid.fr" ] && [ -f "$R/$1/valid.fr" ] || return 0
@@ -162,11 +173,14 @@ score() {   # translate and score one trained run (the control's first: the othe
       --src "$S/valid/hansard.en" --ref "$S/valid/hansard.fr" --hyp "$R/control/valid.fr" --other "$out" \
       --out "$KEEP/control/valid.vs_$name.search.json" "${DECODE[@]}" || echo "== search analysis of control vs $name failed; going on";;
   esac
-  for suite in "$BAWDEN/anaphora.json" "$BAWDEN/lexical-choice.json" "$S/suites/scat_yin2021_enfr"; do
-    s=$(basename "$suite" .json)
+  # the in-domain suites: experiments/hansard_pronouns (ContraPro's layout, built from the validation sittings)
+  for suite in "$BAWDEN/anaphora.json" "$BAWDEN/lexical-choice.json" "$S/suites/scat_yin2021_enfr" \
+               experiments/hansard_pronouns/suite/all experiments/hansard_pronouns/suite/antecedent; do
+    s=$(basename "$suite" .json); langs=()
+    case $suite in *hansard_pronouns*) s=hansard_$s; langs=(--langs en fr);; esac
     base=(); [ "$name" != control ] && base=(--against "$R/control/$s.scores.jsonl")
     [ -f "$R/$name/$s.json" ] || step docnmt score-contrastive "$model" "$suite" -q --json "$R/$name/$s.json" \
-                                      --scores "$R/$name/$s.scores.jsonl" "${base[@]}"
+                                      --scores "$R/$name/$s.scores.jsonl" "${langs[@]}" "${base[@]}"
   done
   if [ "$name" = stage1 ]; then python experiments/tier_mfr/tier_mfr_keep.py --scores-only --started-from "$S1W" "$R/$name" "$KEEP/$name"
   else python experiments/tier_mfr/tier_mfr_keep.py --started-from "$S1W" "$R/$name" "$KEEP/$name"; fi

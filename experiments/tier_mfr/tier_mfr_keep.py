@@ -42,9 +42,13 @@ SCORES = tuple(f"{s}.json" for s in SUITES) + ("valid.json", "valid.coverage.jso
 # a separator-format run decoded again with the source's sentence count forced (kept, not needed to restore)
 COUNT = ("valid.count.json", "valid.count.coverage.json")
 COMPARED = tuple(f"{s}.scores.jsonl" for s in SUITES)   # what the next runs are tested against
+# the in-domain suites (experiments/hansard_pronouns), added after most runs were kept: kept and put back
+# where a run has them, never needed to restore one
+INDOMAIN = tuple(f"hansard_{s}.{ext}" for s in ("all", "antecedent") for ext in ("json", "scores.jsonl"))
 AGAINST = "valid.vs_*.json"   # tests against a second baseline (tier_mfr.sh ALSO), one file per baseline
 RESTORED = "weights_restored.json"    # a run scored from its kept (fp16) weights after runs/ was lost
-FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png", RESTORED) + SCORES + COUNT + COMPARED
+FILES = ("config.yaml", "metrics.jsonl", "learning_curve.png", "dls_lengths.png", RESTORED) \
+    + SCORES + COUNT + COMPARED + INDOMAIN
 MODEL = ("config.yaml", "metrics.jsonl", "model.safetensors", "vocab.json")   # what a kept trained run needs
 NOTHING = 3    # --restore / --restore-trained: nothing to restore (a crash exits 1, and stops the queue)
 
@@ -91,7 +95,7 @@ def keep(run: Path, dest: Path, weights: bool, fp32: bool = False, started_from:
     if not scores_only and not (run / RESTORED).exists():
         (dest / RESTORED).unlink(missing_ok=True)          # trained again (RETRAIN): no longer from fp16 weights
     against = tuple(p.name for p in sorted(run.glob(AGAINST)))
-    for name in ((SCORES + COUNT + COMPARED) if scores_only else FILES) + against:
+    for name in ((SCORES + COUNT + COMPARED + INDOMAIN) if scores_only else FILES) + against:
         if (run / name).exists():
             shutil.copy2(run / name, dest / name)
     for translation in ("valid.fr", "valid.count.fr"):     # the second: decoded with the sentence count forced
@@ -130,6 +134,9 @@ def restore(kept: Path, run: Path, started_from: Path, scores_only: bool = False
     run.mkdir(parents=True, exist_ok=True)
     for name in COMPARED:
         shutil.copy2(kept / name, run / name)
+    for name in INDOMAIN:
+        if (kept / name).exists():
+            shutil.copy2(kept / name, run / name)
     with gzip.open(kept / "valid.fr.gz", "rb") as g, open(run / "valid.fr", "wb") as f:
         shutil.copyfileobj(g, f)
     # as old as the scores kept with it: a restored translation (the control's above all) is not a
@@ -162,7 +169,7 @@ def restore_trained(kept: Path, run: Path, started_from: Path) -> bool:
         return False
     run.mkdir(parents=True, exist_ok=True)
     for name in MODEL + ("spm.model", "bpe.codes", "bpe.vocab.json", "learning_curve.png", "dls_lengths.png") \
-            + SCORES + COUNT + COMPARED:         # and whatever of its scoring was kept: only the rest is done again
+            + SCORES + COUNT + COMPARED + INDOMAIN:      # and whatever of its scoring was kept: only the rest again
         if (kept / name).exists():
             shutil.copy2(kept / name, run / name)
     for translation in ("valid.fr", "valid.count.fr"):

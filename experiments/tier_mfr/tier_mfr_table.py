@@ -39,11 +39,18 @@ NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (contro
          "context_full": "context-encoder Transformer (sentence weights trained too)",
          "context_full_tok":
          "context-encoder Transformer (sentence weights trained too, the control's tokens per update)",
-         "gt_sentpos_lr1_nowd": "G-Transformer (fine-tuned, sentence positions, full lr, no word dropout)"}
+         "gt_sentpos_lr1_nowd": "G-Transformer (fine-tuned, sentence positions, full lr, no word dropout)",
+         "gt_coword": "G-Transformer (as gt_sentpos_lr1_nowd) + CoWord dropout 0.1",
+         "gt_split": "G-Transformer (as gt_sentpos_lr1_nowd) + split pairs 0.3",
+         "gt_margin": "G-Transformer (as gt_sentpos_lr1_nowd) + context margin 0.5",
+         "doc2doc_coword": "Doc2Doc + CoWord dropout 0.1", "doc2doc_split": "Doc2Doc + split pairs 0.3",
+         "doc2doc_margin": "Doc2Doc + context margin 0.5"}
 # second baselines (experiments/tier_mfr/tier_mfr.sh)
 ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos",
         "docflat_d_sentpos": "docflat_d", "doc2doc_sentpos": "doc2doc", "context_full": "context",
-        "context_full_tok": "context_full", "gt_sentpos_lr1_nowd": "gt_sentpos_lr1"}
+        "context_full_tok": "context_full", "gt_sentpos_lr1_nowd": "gt_sentpos_lr1",
+        "gt_coword": "gt_sentpos_lr1_nowd", "gt_split": "gt_sentpos_lr1_nowd", "gt_margin": "gt_sentpos_lr1_nowd",
+        "doc2doc_coword": "doc2doc", "doc2doc_split": "doc2doc", "doc2doc_margin": "doc2doc"}
 SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
           ("scat_yin2021_enfr", "SCAT valid"))
 # the separator formats decoded a second time with the source's sentence count forced (translate

@@ -1,0 +1,94 @@
+"""The length-bias claim at Tier M-fr (README.md): a G-Transformer decoded with instance budgets of
+128 to 4K tokens and as whole documents, with and without sliding decoding; d-BLEU, s-BLEU and the
+documents fully recovered per setting, one JSON and one plot.
+
+The documents are ``--sents`` sentences of debate from each of the first ``--docs`` Hansard validation sittings,
+after the first ``--skip`` (a sitting opens with its table of contents and lists of names, which a
+model copies), so a whole document is far longer than the 512-token training instances. Every decode is kept in the
+work directory and skipped when there; sliding decoding only changes instances longer than its
+window (0.8 x the training budget), so it is run for the budgets above that.
+
+    python experiments/length_bias/run.py --model experiments/tier_mfr/results/gt_sentpos_lr1_nowd --name gt_sentpos
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+ENFR = ROOT.parent / "shared" / "data" / "enfr"
+BUDGETS = [128, 256, 512, 1024, 2048, 4096, 0]          # 0: the whole document as one instance
+DECODE = ["--beam", "5", "--lenpen", "1.0", "--max-len-a", "1.2", "--max-len-b", "10", "-q"]
+
+
+def cut(src: Path, dest: Path, docs: int, skip: int, sents: int) -> None:
+    """Sentences ``skip`` to ``skip + sents`` of the first ``docs`` documents of a <d>-marker file."""
+    out, n, d = [], 0, 0
+    for line in src.read_text(encoding="utf-8").splitlines():
+        if line == "<d>":
+            d += 1
+            if d > docs:
+                break
+            out.append(line)
+            n = 0
+        else:
+            if skip <= n < skip + sents:
+                out.append(line)
+            n += 1
+    dest.write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
+def docnmt(*argv) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "docnmt.cli", *map(str, argv)], cwd=ROOT, env=env, check=True)
+
+
+def settings(window_tokens: float) -> list[tuple[int, bool]]:
+    return [(b, False) for b in BUDGETS] + [(b, True) for b in BUDGETS if b == 0 or b > window_tokens]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--name", required=True, help="the run's name in the results")
+    ap.add_argument("--skip", type=int, default=300, help="sentences skipped at the start of each sitting")
+    ap.add_argument("--sents", type=int, default=300, help="sentences kept from each sitting")
+    ap.add_argument("--docs", type=int, default=3, help="sittings")
+    ap.add_argument("--work", default=str(ROOT / "runs" / "length_bias"))
+    ap.add_argument("--results", default=str(HERE / "results"))
+    ap.add_argument("--train-budget", type=int, default=512, help="the model's training instance budget")
+    args = ap.parse_args()
+    work, results = Path(args.work), Path(args.results)
+    work.mkdir(parents=True, exist_ok=True)
+    results.mkdir(parents=True, exist_ok=True)
+    src, ref = (work / f"valid{args.docs}x{args.skip}+{args.sents}.{lang}" for lang in ("en", "fr"))
+    for lang, path in (("en", src), ("fr", ref)):
+        if not path.exists():
+            cut(ENFR / "valid" / f"hansard.{lang}", path, args.docs, args.skip, args.sents)
+    out_json = results / f"{args.name}.json"
+    rows = json.loads(out_json.read_text()) if out_json.exists() else {}
+    for budget, sliding in settings(0.8 * args.train_budget):
+        key = f"{budget or 'whole'}{'+sliding' if sliding else ''}"
+        if key in rows:
+            continue
+        hyp, report, scores = (work / f"{args.name}.{key}.{ext}" for ext in ("fr", "coverage.json", "bleu.json"))
+        start = time.time()
+        docnmt("translate", args.model, "-i", src, "-o", hyp, "--report", report, "--force",
+               "--max-instance-tokens", budget, "--sliding" if sliding else "--no-sliding", *DECODE)
+        seconds = round(time.time() - start, 1)
+        scores.unlink(missing_ok=True)
+        docnmt("evaluate", "--hyp", hyp, "--ref", ref, "--json", scores)
+        rows[key] = {"budget": budget, "sliding": sliding, "seconds": seconds,
+                     "scores": json.loads(scores.read_text()), "coverage": json.loads(report.read_text())}
+        out_json.write_text(json.dumps(rows, indent=1) + "\n")
+        print(f"{args.name} {key}: {seconds} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
