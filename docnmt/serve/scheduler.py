@@ -45,6 +45,10 @@ class Busy(Exception):
         self.retry_after = retry_after
 
 
+class ClientGone(Exception):
+    """The client hung up before its answer was ready: its work is dropped (counted as 499)."""
+
+
 @dataclass(eq=False)
 class Unit:
     """Documents decoded together, never split: one document, or a whole request (DocFlat)."""
@@ -137,10 +141,13 @@ class Scheduler:
         return job
 
     def finish(self, job: Job) -> None:
-        """The request is answered (or given up): drop its units that have not started."""
+        """The request is answered or given up (timeout, client gone, cancelled): drop its units that
+        have not started, and cancel its future so that units in progress keep no results for it.
+        On the event loop."""
         with self.cond:
             self.jobs -= 1
             self.pending = [u for u in self.pending if u.job is not job]
+        job.future.cancel()
 
     def retry_after(self) -> int:
         rate = self.metrics.token_rate()
