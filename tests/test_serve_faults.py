@@ -144,18 +144,25 @@ def test_clients_that_disconnect_from_a_real_server_free_their_places():
 # Overload, slow and oversized uploads
 # --------------------------------------------------------------------------------------------
 
-def test_a_full_queue_answers_503_at_once_and_the_accepted_requests_finish(api):  # noqa: F811 (the fixture)
-    client, decoder = api(queue=3, timeout=60)
+def refuse_work(*args):
+    raise AssertionError("a request refused for a full queue was checked and tokenized first")
+
+
+def test_a_full_queue_answers_503_at_once_and_the_accepted_requests_finish():
+    from fastapi.testclient import TestClient
+    decoder = Upper()
     decoder.gate.clear()
-    with cf.ThreadPoolExecutor(3) as pool:
+    svc = service(decoder, queue=3, timeout=60)
+    with TestClient(create_app(svc)) as client, cf.ThreadPoolExecutor(3) as pool:
         held = [pool.submit(client.post, "/v1/translate", json={"sentences": [f"a {k}."]}) for k in range(3)]
         assert wait_for(lambda: client.get("/metrics").json()["queue"]["requests"] == 3)
-        for _ in range(10):             # answered while the worker is still held: nothing waited
+        svc.prepare = refuse_work                     # a refused request is not even tokenized
+        for _ in range(10):             # answered while the worker is still held
             r = client.post("/v1/translate", json={"sentences": ["b."]})
             assert r.status_code == 503 and 1 <= int(r.headers["retry-after"]) <= 60, r.text
         decoder.gate.set()
         assert [f.result().json()["translation"] for f in held] == [["A 0."], ["A 1."], ["A 2."]]
-    assert client.get("/metrics").json()["requests"] == {"translate 503": 10, "translate 200": 3}
+        assert client.get("/metrics").json()["requests"] == {"translate 503": 10, "translate 200": 3}
 
 
 def test_slow_uploads_time_out_and_oversized_ones_are_refused_before_they_are_read():

@@ -131,14 +131,19 @@ class Scheduler:
         job = Job(model, key, cfg, scores, loop, loop.create_future())
         parts = [(docs, sum(tokens))] if model.alone else chunks(docs, tokens, self.s.long_tokens // 2)
         with self.cond:
-            if self.jobs >= self.s.queue:
-                raise Busy(f"the service is full ({self.jobs} requests in it); retry later", self.retry_after())
+            self.check_room()
             self.jobs += 1
             job.units = [Unit(job, d, t, long=t > self.s.long_tokens, alone=model.alone) for d, t in parts]
             job.left = len(job.units)
             self.pending.extend(job.units)
             self.cond.notify_all()
         return job
+
+    def check_room(self) -> None:
+        """Busy when ``queue`` requests are in the service: called before a request is even checked
+        and tokenized, so that under overload the 503 comes at once."""
+        if self.jobs >= self.s.queue:
+            raise Busy(f"the service is full ({self.jobs} requests in it); retry later", self.retry_after())
 
     def finish(self, job: Job) -> None:
         """The request is answered or given up (timeout, client gone, cancelled): drop its units that

@@ -68,6 +68,7 @@ class Service:
         """Translate ``docs``; ``disconnected()`` returns when the client hangs up, which gives the
         request up (ClientGone) rather than decoding for no one."""
         arrived = time.monotonic()
+        self.scheduler.check_room()             # full: 503 before any work (submit checks again)
         key, cfg, tokens = await asyncio.to_thread(self.prepare, served, docs, options)
         job = self.scheduler.submit(served, key, cfg, docs, tokens, options.scores)
         try:
