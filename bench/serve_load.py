@@ -27,6 +27,10 @@ every ``--sample`` seconds and its growth over the second half (MB/min) to
 ``bench/results/serve/<--name>.json``::
 
     python bench/serve_load.py --model DIR --mixed 120 --name load_smoke
+    python bench/serve_load.py --tiny /tmp/tiny --mixed 1800 --name load_idle_30min
+
+``--tiny DIR`` serves the test suite's tiny Sent2Sent model (``tests/_tiny.py``: d=32, trained for
+60 updates on 12 bundled chats), trained into ``DIR`` first if it is not there.
 """
 from __future__ import annotations
 
@@ -189,12 +193,12 @@ def mixed(url: str, pid: int, docs: list[list[str]], seconds: float, a) -> dict:
                 note("load", r.status_code)
                 k += a.mixed_clients
 
-    def burst(pool):
+    def burst(pool, http):
         bursts.append(time.monotonic())
 
         def one(k):
             sent = time.monotonic()
-            r = httpx.post(url + "/v1/translate", json={"sentences": sizes[k % len(sizes)]}, timeout=600)
+            r = http.post("/v1/translate", json={"sentences": sizes[k % len(sizes)]})
             note("burst", r.status_code)
             if r.status_code in (200, 503):         # how long an accepted one took; how soon a 503 came
                 with lock:
@@ -203,7 +207,8 @@ def mixed(url: str, pid: int, docs: list[list[str]], seconds: float, a) -> dict:
 
     samples = []
     threads = [threading.Thread(target=probe)]
-    with cf.ThreadPoolExecutor(2 * a.queue) as pool:
+    limits = httpx.Limits(max_connections=2 * a.queue)       # one client for all bursts: no set-up per request
+    with cf.ThreadPoolExecutor(3 * a.queue) as pool, httpx.Client(base_url=url, timeout=600, limits=limits) as http:
         threads[0].start()
         next_burst = load_from + a.burst_every / 2
         next_hangup = load_from
@@ -213,7 +218,7 @@ def mixed(url: str, pid: int, docs: list[list[str]], seconds: float, a) -> dict:
                 for t in threads[1:]:
                     t.start()
             if load_from <= now < load_to and now >= next_burst:
-                burst(pool)
+                burst(pool, http)
                 next_burst += a.burst_every
             if load_from <= now < load_to and now >= next_hangup:
                 pool.submit(hang_up, url, {"sentences": docs[count["disconnects"] % len(docs)]})
@@ -243,9 +248,23 @@ def print_mixed(r: dict) -> None:
           f"growth {r['growth_mb_per_min_second_half']:+.2f} MB/min", flush=True)
 
 
+def tiny_model(directory: Path) -> Path:
+    """The tiny model of ``--tiny`` in ``directory`` (trained there on first use, in a few seconds)."""
+    model = directory / "model"
+    if not (model / "model.safetensors").exists():
+        sys.path.insert(0, str(HERE.parent / "tests"))
+        from _tiny import tiny_config, tiny_data
+        from docnmt.training import Trainer
+        data = tiny_data(directory)
+        Trainer.from_dirs(tiny_config("sent2sent", max_update=60), data, model, progress_bar=False).train()
+    return model
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--model", help="the model directory to serve")
+    where.add_argument("--tiny", type=Path, metavar="DIR", help="serve the tests' tiny model (trained into DIR)")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--warmup", type=float, default=5)
@@ -263,6 +282,7 @@ def main() -> None:
     ap.add_argument("--name", help="result file name (default: load_<model>[_tag] or mixed_<model>)")
     a = ap.parse_args()
     a.queue = a.queue or (16 if a.mixed else 256)
+    a.model = a.model or str(tiny_model(a.tiny))
 
     docs = chats()
     options = {"scores": True, **({"beam": a.beam} if a.beam else {})}

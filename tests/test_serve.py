@@ -430,6 +430,7 @@ def test_serve_refuses_a_missing_model_and_bad_limits(cli_error, tmp_path):
     assert "not a docnmt model directory" in cli_error("serve", tmp_path, "--port", "0")
     assert "a model name may hold" in cli_error("serve", f"a/b={tmp_path}", "--port", "0")
     assert "timeout must be at least 0" in cli_error("serve", tmp_path, "--timeout", "-1")
+    assert "body-timeout must be at least 0" in cli_error("serve", tmp_path, "--body-timeout", "-1")
     import os
     cores = os.cpu_count()
     for threads in (cores + 1, 10_000, -1):                     # more threads than cores only oversubscribe
