@@ -84,6 +84,14 @@ def post_head(path: str, length: int, extra: str = "") -> str:
     return f"POST {path} HTTP/1.1\nHost: x\nContent-Type: application/json\nContent-Length: {length}\n{extra}"
 
 
+def upload(text: bytes) -> tuple[str, bytes]:
+    """The head and body of a file upload of ``text`` to /v1/translate/file."""
+    request = httpx.Request("POST", "http://x/v1/translate/file", files={"file": ("a.en", text)})
+    body = request.read()
+    return (f"POST /v1/translate/file HTTP/1.1\nHost: x\nContent-Type: {request.headers['content-type']}\n"
+            f"Content-Length: {len(body)}\n"), body
+
+
 # --------------------------------------------------------------------------------------------
 # Clients that hang up
 # --------------------------------------------------------------------------------------------
@@ -129,7 +137,8 @@ def test_clients_that_disconnect_from_a_real_server_free_their_places():
     body = b'{"sentences": ["Hello."]}'
     with uvicorn_thread(app) as url, httpx.Client(base_url=url, timeout=20) as http:
         socks = [raw(url, post_head("/v1/translate", len(body)), body) for _ in range(20)]
-        assert wait_for(lambda: http.get("/metrics").json()["queue"]["requests"] == 20)
+        socks += [raw(url, *upload(b"<d>\nHello.\n")) for _ in range(5)]           # file uploads too
+        assert wait_for(lambda: http.get("/metrics").json()["queue"]["requests"] == 25)
         for s in socks:
             s.close()
         assert wait_for(lambda: http.get("/metrics").json()["queue"] == {"requests": 0, "units_waiting": 0,
@@ -137,7 +146,9 @@ def test_clients_that_disconnect_from_a_real_server_free_their_places():
         decoder.gate.set()              # only the batch held at the gate was decoded
         assert http.post("/v1/translate", json={"sentences": ["Still here."]}).json()["translation"] == ["STILL HERE."]
         assert len(decoder.groups) == 2 and len(decoder.groups[0]) <= 2
-        assert wait_for(lambda: http.get("/metrics").json()["requests"].get("translate 499") == 20)
+        counts = http.get("/metrics").json()["requests"]
+        assert wait_for(lambda: http.get("/metrics").json()["requests"].get("translate 499") == 20), counts
+        assert http.get("/metrics").json()["requests"].get("file 499") == 5
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,12 +181,14 @@ def test_slow_uploads_time_out_and_oversized_ones_are_refused_before_they_are_re
     with uvicorn_thread(app) as url, httpx.Client(base_url=url, timeout=20) as http:
         stalled = raw(url, post_head("/v1/translate", 100), b'{"sentences": ["hal')      # half, then nothing
         trickle = raw(url, post_head("/v1/translate", 1000), b"{")
+        head, body = upload(b"<d>\nHello.\n" * 50)
+        half_file = raw(url, head, body[:len(body) // 2])
         assert http.post("/v1/translate", json={"sentences": ["meanwhile."]}).status_code == 200
         for _ in range(40):                                                     # a byte every 50 ms
             with contextlib.suppress(OSError):
                 trickle.sendall(b" ")
             time.sleep(0.05)
-        for s in (stalled, trickle):
+        for s in (stalled, trickle, half_file):
             head = answer_of(s).decode()                # answered, and the connection closed
             assert head.startswith("HTTP/1.1 408") and "did not arrive within 0.5 s" in head, head
         huge = raw(url, post_head("/v1/translate", 10**9))                     # declared: refused unread
@@ -185,7 +198,7 @@ def test_slow_uploads_time_out_and_oversized_ones_are_refused_before_they_are_re
             streamed.sendall(b"1388\r\n" + b"x" * 5000 + b"\r\n")
         assert answer_of(streamed).startswith(b"HTTP/1.1 413")
         counts = http.get("/metrics").json()["requests"]
-    assert counts == {"translate 200": 1, "translate 408": 2, "translate 413": 1, "file 413": 1}
+    assert counts == {"translate 200": 1, "translate 408": 2, "file 408": 1, "translate 413": 1, "file 413": 1}
 
 
 # --------------------------------------------------------------------------------------------
