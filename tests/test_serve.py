@@ -430,6 +430,11 @@ def test_serve_refuses_a_missing_model_and_bad_limits(cli_error, tmp_path):
     assert "not a docnmt model directory" in cli_error("serve", tmp_path, "--port", "0")
     assert "a model name may hold" in cli_error("serve", f"a/b={tmp_path}", "--port", "0")
     assert "timeout must be at least 0" in cli_error("serve", tmp_path, "--timeout", "-1")
+    assert "body-timeout must be at least 0" in cli_error("serve", tmp_path, "--body-timeout", "-1")
+    import os
+    cores = os.cpu_count()
+    for threads in (cores + 1, 10_000, -1):                     # more threads than cores only oversubscribe
+        assert f"1 to {cores}, this machine's cores" in cli_error("serve", tmp_path, "--threads", str(threads))
 
 
 def test_spawn_says_why_a_server_process_stopped(tmp_path):
@@ -511,7 +516,7 @@ def test_real_server_refuses_bad_input_and_lives_on(server):
         for method, path, kwargs, status, words in BAD:
             check_bad(client, method, path, kwargs, status, words)
         assert httpx.get(url + "/v1/models").status_code == 401        # the key came from $DOCNMT_API_KEY
-        assert client.get("/healthz").json() == {"status": "ok", "models": list(SERVED), "api_key_required": True}
+        assert client.get("/healthz").json() == {"status": "ok", "api_key_required": True}    # no model names
         r = client.post("/v1/translate", json={"sentences": ["Thank you."], "model": "doc2doc"})
         assert r.status_code == 200 and len(r.json()["translation"]) == 1
 

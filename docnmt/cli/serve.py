@@ -21,7 +21,8 @@ def add_serve(sub) -> None:
     p.add_argument("--workers", type=positive_int, default=1,
                    help="decoding threads, each with its own copy of every model; with two or more one is "
                         "always kept for short requests")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: cores / workers)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads per process (0: cores / workers; at most the machine's cores)")
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--request-sentences", type=positive_int, default=5000, metavar="N",
                    help="source sentences per request, at most (413 beyond)")
@@ -40,11 +41,21 @@ def add_serve(sub) -> None:
     p.add_argument("--max-tokens", dest="batch_tokens", type=positive_int, default=4000, metavar="N",
                    help="batch budget: source tokens decoded together, at most")
     p.add_argument("--batch-tokens", dest="batch_tokens", type=positive_int, help=argparse.SUPPRESS)  # the old name
+    p.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
+                   help="seconds a request body may take to arrive whole (408 and the connection closed beyond)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                    help="server log level on stderr")
 
 
+def check_threads(threads: int) -> None:
+    """``--threads``: 0 (automatic) up to the machine's cores; more only oversubscribes them."""
+    cores = os.cpu_count() or 1
+    if not 0 <= threads <= cores:
+        raise DocnmtError(f"--threads {threads}: give 0 (cores / workers) or 1 to {cores}, this machine's cores")
+
+
 def cmd_serve(args) -> int:
+    check_threads(args.threads)
     try:
         from ..serve import Settings, serve
     except ImportError as e:
@@ -54,7 +65,8 @@ def cmd_serve(args) -> int:
                         max_tokens=args.request_tokens,
                         max_upload_bytes=int(args.max_upload_mb * 2**20), max_beam=args.max_beam,
                         timeout=args.timeout, queue=args.queue, batch_wait=args.batch_wait_ms / 1000,
-                        batch_tokens=args.batch_tokens, workers=args.workers, api_key=args.api_key)
+                        batch_tokens=args.batch_tokens, workers=args.workers, api_key=args.api_key,
+                        body_timeout=args.body_timeout)
     serve(args.models, args.host, args.port, settings, args.device, args.threads, args.log_level,
           announce=lambda m: print(m, file=sys.stderr, flush=True))
     return 0

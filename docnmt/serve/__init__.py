@@ -23,11 +23,11 @@ from .app import WEB, BodyLimit, create_app
 from .files import UPLOAD_FORMATS, join_text, read_upload, safe_name, split_text, write_back
 from .launcher import Served, load_models, model_names, serve, spawn
 from .metrics import Metrics, rss_mb
-from .scheduler import Busy, Job, Scheduler, Unit, chunks, decode_group, release_memory
+from .scheduler import Busy, ClientGone, Job, Scheduler, Unit, chunks, decode_group, release_memory
 from .schemas import Options, Settings, TooLarge, TranslateRequest, inline_schema, one_line
 from .service import Service
 
 __all__ = ["WEB", "BodyLimit", "create_app", "UPLOAD_FORMATS", "join_text", "read_upload", "safe_name", "split_text",
-           "write_back", "Served", "load_models", "model_names", "serve", "spawn", "Metrics", "rss_mb", "Busy", "Job",
-           "Scheduler", "Unit", "chunks", "decode_group", "release_memory", "Options", "Settings", "TooLarge",
-           "TranslateRequest", "inline_schema", "one_line", "Service"]
+           "write_back", "Served", "load_models", "model_names", "serve", "spawn", "Metrics", "rss_mb", "Busy",
+           "ClientGone", "Job", "Scheduler", "Unit", "chunks", "decode_group", "release_memory", "Options",
+           "Settings", "TooLarge", "TranslateRequest", "inline_schema", "one_line", "Service"]

@@ -37,7 +37,7 @@ from .files import (
     write_back,
 )
 from .metrics import Metrics
-from .scheduler import Busy
+from .scheduler import Busy, ClientGone
 from .schemas import (
     Options,
     Settings,
@@ -71,34 +71,52 @@ def error(status: int, message: str, headers: dict | None = None) -> JSONRespons
 
 
 class BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes is answered 413 before the app reads it."""
+    """ASGI middleware: a request body over ``limit`` bytes is answered 413 before the app reads it
+    (a declared Content-Length at once, a streamed body as soon as it passes the limit), and one
+    that has not arrived whole within ``timeout`` seconds is answered 408 and its connection closed,
+    so a client that trickles or stalls its upload holds nothing but its socket for that long."""
 
-    def __init__(self, app, limit: int, metrics: Metrics | None = None):
-        self.app, self.limit, self.metrics = app, limit, metrics
+    def __init__(self, app, limit: int, metrics: Metrics | None = None, timeout: float = 0):
+        self.app, self.limit, self.metrics, self.timeout = app, limit, metrics, timeout
 
-    async def _refuse(self, scope, receive, send):
+    async def _refuse(self, scope, receive, send, status: int, message: str):
         if self.metrics is not None and scope["path"] in KINDS:
-            self.metrics.request(KINDS[scope["path"]], 413, 0.0)
-        await error(413, f"request body over the limit of {self.limit} bytes")(scope, receive, send)
+            self.metrics.request(KINDS[scope["path"]], status, 0.0)
+        # the rest of the body is never read: the connection closes rather than parse it as a request
+        await error(status, message, {"Connection": "close"})(scope, receive, send)
+
+    async def _read(self, receive) -> tuple[bytes | None, int]:
+        """The whole body, or (None, 413 | 408 | 0 for a client that hung up)."""
+        deadline = time.monotonic() + self.timeout if self.timeout else None
+        chunks, size = [], 0
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:
+                message = await asyncio.wait_for(receive(), left)
+            except asyncio.TimeoutError:
+                return None, 408
+            if message["type"] != "http.request":
+                return None, 0
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                return None, 413
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                return b"".join(chunks), 200
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        over = f"request body over the limit of {self.limit} bytes"
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await self._refuse(scope, receive, send)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            size += len(message.get("body", b""))
-            if size > self.limit:
-                return await self._refuse(scope, receive, send)
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+            return await self._refuse(scope, receive, send, 413, over)
+        body, status = await self._read(receive)
+        if body is None:
+            if status:
+                await self._refuse(scope, receive, send, status, over if status == 413 else
+                                   f"the request body did not arrive within {self.timeout:g} s")
+            return
         sent = False
 
         async def replay():
@@ -108,6 +126,12 @@ class BodyLimit:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
         await self.app(scope, replay, send)
+
+
+async def client_gone(request: Request) -> None:
+    """Returns when the client of ``request`` (its body read) disconnects."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)       # not expected after the body; never spin
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,7 +150,8 @@ def create_app(service: Service) -> FastAPI:
     app = FastAPI(title="docnmt", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Document-level translation: POST a document, get it back sentence by sentence "
                               "with scores and a coverage report. See docs/serving.md.")
-    app.add_middleware(BodyLimit, limit=service.settings.max_upload_bytes, metrics=service.metrics)
+    app.add_middleware(BodyLimit, limit=service.settings.max_upload_bytes, metrics=service.metrics,
+                       timeout=service.settings.body_timeout)
     authorised = api_key_check(service.settings)
     add_error_handlers(app, service.metrics)
     add_pages(app)
@@ -185,6 +210,8 @@ async def answer(metrics: Metrics, kind: str, handler) -> Response:
         response = error(415, e)
     except Busy as e:
         response = error(503, e, {"Retry-After": str(e.retry_after)})
+    except ClientGone as e:                 # no one to answer: counted, its work dropped
+        response = error(499, e)
     except LookupError as e:
         response = error(404, e.args[0])
     except DocnmtError as e:
@@ -215,11 +242,13 @@ def add_pages(app: FastAPI) -> None:
 
 
 def add_info_routes(app: FastAPI, service: Service, authorised) -> None:
-    """``/healthz`` (open), ``/v1/models`` and ``/metrics`` (behind the API key)."""
+    """``/healthz`` (open: it names the models only when no API key is set), ``/v1/models`` and
+    ``/metrics`` (behind the API key)."""
 
     @app.get("/healthz", summary="liveness: ok while the server runs")
     async def healthz():
-        return {"status": "ok", "models": list(service.models), "api_key_required": bool(service.settings.api_key)}
+        keyed = bool(service.settings.api_key)
+        return {"status": "ok", **({} if keyed else {"models": list(service.models)}), "api_key_required": keyed}
 
     @app.get("/v1/models", summary="the served models and their decoding defaults",
              dependencies=[Security(authorised)])
@@ -278,7 +307,8 @@ async def translate_json(service: Service, request: Request) -> JSONResponse:
         sents, paras = split_text(req.text, req.split, req.lang)
     else:
         sents, paras = check_sentences(req.sentences), None
-    out, extra = await service.translate(served, [Document("0", sents)], req.options)
+    out, extra = await service.translate(served, [Document("0", sents)], req.options,
+                                         lambda: client_gone(request))
     doc = out[0]
     result = {"model": served.name, "translation": doc.tgt,
               "sentences": sentence_rows(doc, paras), "coverage": coverage(out), **extra}
@@ -294,7 +324,7 @@ def add_file_route(app: FastAPI, service: Service, authorised) -> None:
 
     @app.post("/v1/translate/file", summary="translate a file (marker, plain, XML/SGML, JSONL) into the same format",
               dependencies=[Security(authorised)])
-    async def translate_file(file: UploadFile = File(..., description="the documents to translate"),
+    async def translate_file(request: Request, file: UploadFile = File(..., description="the documents to translate"),
                              model: str | None = Form(None),
                              format: str = Form("auto", description=" | ".join(UPLOAD_FORMATS)),
                              options: str = Form("{}", description="decoding options as JSON (see /v1/translate)"),
@@ -302,11 +332,11 @@ def add_file_route(app: FastAPI, service: Service, authorised) -> None:
                                  "file", description="file: the translated file; json: sentence-aligned JSON "
                                                      "with the file in `file`")):
         return await answer(service.metrics, "file",
-                            lambda: translate_upload(service, file, model, format, options, response))
+                            lambda: translate_upload(service, request, file, model, format, options, response))
 
 
-async def translate_upload(service: Service, file: UploadFile, model: str | None, fmt: str, options: str,
-                           response: str) -> Response:
+async def translate_upload(service: Service, request: Request, file: UploadFile, model: str | None, fmt: str,
+                           options: str, response: str) -> Response:
     """The answer of ``POST /v1/translate/file``: the translated file, or JSON holding it."""
     try:
         opts = Options.model_validate_json(options)
@@ -316,7 +346,7 @@ async def translate_upload(service: Service, file: UploadFile, model: str | None
     name = safe_name(file.filename)
     data = await file.read()
     docs, fmt, original = await asyncio.to_thread(read_upload, data, name, fmt)
-    out, extra = await service.translate(served, docs, opts)
+    out, extra = await service.translate(served, docs, opts, lambda: client_gone(request))
     text = await asyncio.to_thread(write_back, out, fmt, original)
     out_name = translated_name(name)
     cov = coverage(out)

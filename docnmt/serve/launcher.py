@@ -131,9 +131,10 @@ def quiet_stop_server(config):
 
 def spawn(models: dict[str, str], log: Path, flags: list[str] = (), env: dict | None = None,
           timeout: float = 300) -> tuple:
-    """Start ``docnmt serve NAME=DIR... --port 0 FLAGS`` in a child process, its stderr in
-    ``log``, and wait until ``/healthz`` answers: ``(process, base URL)``. For scripts and tests
-    that need a real server; :class:`DocnmtError` with the log when it stops or does not start."""
+    """Start ``docnmt serve NAME=DIR... --port 0 FLAGS`` in a child process, its output in ``log``
+    (stderr, and stdout, where uvicorn writes its access log), and wait until ``/healthz`` answers:
+    ``(process, base URL)``. For scripts and tests that need a real server; :class:`DocnmtError`
+    with the log when it stops or does not start."""
     import subprocess
     import sys
     import urllib.error
@@ -141,7 +142,7 @@ def spawn(models: dict[str, str], log: Path, flags: list[str] = (), env: dict | 
     cmd = [sys.executable, "-m", "docnmt.cli", "serve", *(f"{k}={v}" for k, v in models.items()),
            "--port", "0", *flags]
     with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(cmd, stdout=err, stderr=err, env={**os.environ, **(env or {})})
     deadline = time.time() + timeout
     while time.time() < deadline:
         if m := re.search(r" on (http://\S+) ", Path(log).read_text()):

@@ -45,6 +45,10 @@ class Busy(Exception):
         self.retry_after = retry_after
 
 
+class ClientGone(Exception):
+    """The client hung up before its answer was ready: its work is dropped (counted as 499)."""
+
+
 @dataclass(eq=False)
 class Unit:
     """Documents decoded together, never split: one document, or a whole request (DocFlat)."""
@@ -127,8 +131,7 @@ class Scheduler:
         job = Job(model, key, cfg, scores, loop, loop.create_future())
         parts = [(docs, sum(tokens))] if model.alone else chunks(docs, tokens, self.s.long_tokens // 2)
         with self.cond:
-            if self.jobs >= self.s.queue:
-                raise Busy(f"the service is full ({self.jobs} requests in it); retry later", self.retry_after())
+            self.check_room()
             self.jobs += 1
             job.units = [Unit(job, d, t, long=t > self.s.long_tokens, alone=model.alone) for d, t in parts]
             job.left = len(job.units)
@@ -136,11 +139,20 @@ class Scheduler:
             self.cond.notify_all()
         return job
 
+    def check_room(self) -> None:
+        """Busy when ``queue`` requests are in the service: called before a request is even checked
+        and tokenized, so that under overload the 503 comes at once."""
+        if self.jobs >= self.s.queue:
+            raise Busy(f"the service is full ({self.jobs} requests in it); retry later", self.retry_after())
+
     def finish(self, job: Job) -> None:
-        """The request is answered (or given up): drop its units that have not started."""
+        """The request is answered or given up (timeout, client gone, cancelled): drop its units that
+        have not started, and cancel its future so that units in progress keep no results for it.
+        On the event loop."""
         with self.cond:
             self.jobs -= 1
             self.pending = [u for u in self.pending if u.job is not job]
+        job.future.cancel()
 
     def retry_after(self) -> int:
         rate = self.metrics.token_rate()

@@ -31,13 +31,14 @@ class Settings:
     aging: float = 10.0                  # seconds after which a unit goes before shorter ones
     workers: int = 1
     api_key: str = ""
+    body_timeout: float = 30.0           # seconds a request body may take to arrive whole (408 beyond)
 
     def __post_init__(self):
         for name in ("max_sentences", "max_chars", "max_tokens", "max_upload_bytes", "max_beam", "queue",
                      "batch_tokens", "long_tokens", "workers"):
             if getattr(self, name) < 1:
                 raise DocnmtError(f"{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}")
-        for name in ("timeout", "batch_wait", "aging"):
+        for name in ("timeout", "batch_wait", "aging", "body_timeout"):
             if not getattr(self, name) >= 0 or not math.isfinite(getattr(self, name)):
                 raise DocnmtError(f"{name.replace('_', '-')} must be at least 0, not {getattr(self, name)}")
 

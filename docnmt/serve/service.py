@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ..document import Document
 from ..errors import DataError, DocnmtError
 from .metrics import Metrics
-from .scheduler import Busy, Scheduler
+from .scheduler import Busy, ClientGone, Job, Scheduler
 from .schemas import Options, Settings, TooLarge
 
 if TYPE_CHECKING:
@@ -62,16 +63,17 @@ class Service:
             pos += len(d.src)
         return (served.name, *sorted(overrides.items())), cfg, tokens     # units decoded together share this
 
-    async def translate(self, served: Served, docs: list[Document], options: Options) -> tuple[list[Document], dict]:
+    async def translate(self, served: Served, docs: list[Document], options: Options,
+                        disconnected: Callable[[], Awaitable] | None = None) -> tuple[list[Document], dict]:
+        """Translate ``docs``; ``disconnected()`` returns when the client hangs up, which gives the
+        request up (ClientGone) rather than decoding for no one."""
         arrived = time.monotonic()
+        self.scheduler.check_room()             # full: 503 before any work (submit checks again)
         key, cfg, tokens = await asyncio.to_thread(self.prepare, served, docs, options)
         job = self.scheduler.submit(served, key, cfg, docs, tokens, options.scores)
         try:
-            units = await asyncio.wait_for(asyncio.shield(job.future), self.settings.timeout or None)
-        except asyncio.TimeoutError:
-            raise Busy(f"not translated within {self.settings.timeout:g} s; retry later or send a shorter "
-                       "document", self.scheduler.retry_after()) from None
-        finally:
+            units = await self.wait(job, disconnected)
+        finally:            # answered, timed out, client gone or the handler cancelled: its place is freed
             self.scheduler.finish(job)
         done = time.monotonic()
         out = [d for u in units for d in u.result]
@@ -80,3 +82,19 @@ class Service:
                   "source_tokens": sum(tokens)}
         batches = list({id(u.batch): u.batch for u in units}.values())      # units of one batch share it
         return out, {"timing": timing, "batches": batches}
+
+    async def wait(self, job: Job, disconnected: Callable[[], Awaitable] | None) -> list:
+        """The job's units once decoded; Busy after ``timeout``, ClientGone if the client left first."""
+        watcher = asyncio.ensure_future(disconnected()) if disconnected else None
+        try:
+            done, _ = await asyncio.wait([job.future, *([watcher] if watcher else [])],
+                                         timeout=self.settings.timeout or None, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        if job.future.done():
+            return job.future.result()
+        if watcher in done:
+            raise ClientGone("the client disconnected")
+        raise Busy(f"not translated within {self.settings.timeout:g} s; retry later or send a shorter "
+                   "document", self.scheduler.retry_after())
