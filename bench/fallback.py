@@ -9,9 +9,10 @@ sentences it loses stay empty or merged) and ``--fallback sentence`` (exactly th
 alone by the model in its sentence mode). An undertrained document model loses many sentences, which
 is where the fallback matters; the figures are for this small run, not for a converged model.
 
-    python bench/fallback.py [--updates 400] [--docs 40] [--workdir bench/.cache/fallback]
+    python bench/fallback.py [--updates 400] [--docs 40] [--name fallback]
 
-Prints the figures and saves them to bench/results/fallback.json.
+Prints the figures and saves them to bench/results/NAME.json (the model stays in
+bench/.cache/fallback_UPDATES and is reused).
 """
 from __future__ import annotations
 
@@ -72,12 +73,16 @@ def main() -> None:
     p.add_argument("--updates", type=int, default=400)
     p.add_argument("--docs", type=int, default=40, help="dev chats translated")
     p.add_argument("--beam", type=int, default=3)
-    p.add_argument("--workdir", type=Path, default=HERE / ".cache" / "fallback")
+    p.add_argument("--workdir", type=Path, default=None, help="default: bench/.cache/fallback_UPDATES")
+    p.add_argument("--name", default="fallback", help="the results file: bench/results/NAME.json")
     args = p.parse_args()
     from common import save
-    model = train(args.workdir, args.updates)
-    result = {"updates": args.updates, **measure(model, args.workdir / "raw", args.docs, args.beam)}
-    save("fallback", result)
+    workdir = args.workdir or HERE / ".cache" / f"fallback_{args.updates}"
+    model = train(workdir, args.updates)
+    result = {"updates": args.updates, **measure(model, workdir / "raw", args.docs, args.beam)}
+    result["model"] = str(Path(result["model"]).relative_to(HERE.parent)) if HERE.parent in Path(
+        result["model"]).parents else result["model"]
+    save(args.name, result)
     print(result)
 
 

@@ -92,10 +92,7 @@ def repair(translator, docs: list[Document], corpus, outputs: list, report, bad_
 def _by_sentence_model(translator, sources: list[str], lost: list[int], search) -> list:
     """The lost sentences translated by the model ``search.fallback_model`` names (loaded once per
     translator), each as a one-sentence document, its output in this model's word pieces."""
-    models = translator.__dict__.setdefault("fallback_models", {})
-    if search.fallback_model not in models:
-        models[search.fallback_model] = type(translator).load(search.fallback_model, device=str(translator.device))
-    other = models[search.fallback_model]
+    other = sentence_model(translator, search.fallback_model)
     own = other.cfg.decode                    # the user's search settings, the other model's batching
     out, _ = other.translate([Document(str(i), [sources[i]]) for i in lost],
                              replace(search, max_sentences=own.max_sentences, max_tokens=own.max_tokens,
@@ -104,6 +101,15 @@ def _by_sentence_model(translator, sources: list[str], lost: list[int], search) 
     for i, ids in zip(lost, translator.vocab.encode_batch([d.tgt[0] for d in out], "tgt")):
         fresh[i] = [ids] if ids else []
     return fresh
+
+
+def sentence_model(translator, path: str):
+    """The fallback model in directory ``path``, loaded once per translator (a DocnmtError for a
+    directory that holds no model: ``docnmt translate`` asks before decoding)."""
+    models = translator.__dict__.setdefault("fallback_models", {})
+    if path not in models:
+        models[path] = type(translator).load(path, device=str(translator.device))
+    return models[path]
 
 
 def mark(docs: list[Document], corpus, report) -> None:

@@ -148,3 +148,5 @@ def test_a_bad_fallback_is_one_error_line(cli_error, tmp_path, vocab):
     src = tmp_path / "in.txt"
     src.write_text("Hello.\n", encoding="utf-8")
     assert "auto, sentence or none" in cli_error("translate", str(model), "-i", str(src), "--fallback", "always")
+    assert "not a docnmt model directory" in cli_error("translate", str(model), "-i", str(src), "--fallback-model",
+                                                       str(tmp_path))

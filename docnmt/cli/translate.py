@@ -64,6 +64,9 @@ def cmd_translate(args) -> int:
     refuse_unwritable([args.output, args.report])
     translator = Translator.load(args.model, args.checkpoint, args.device)
     translator.cfg = cfg = decoding_config(args, translator.cfg)
+    if cfg.decode.fallback_model and cfg.decode.fallback != "none":      # a bad directory: an error before decoding
+        from ..fallback import sentence_model
+        sentence_model(translator, cfg.decode.fallback_model)
     if args.print_scores and cfg.decode.nbest > 1 and args.output_format == "marker":
         raise DocnmtError("--print-scores and --nbest: n-best lines already end in each hypothesis's score; "
                           "give one of them, or --output-format jsonl for both")
