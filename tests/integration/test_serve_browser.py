@@ -7,6 +7,7 @@ serves another model than the tiny one, as for the picture in docs/serving.md).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -159,9 +160,14 @@ def test_an_edited_translation_becomes_the_context_of_the_rest(page_server, brow
     cell.click()
     cell.send_keys(Keys.CONTROL, "a")
     cell.send_keys("Hallo, ich möchte einen Tisch für zwei.")
+    driver.execute_script("window.sent = []; const f = window.fetch; "
+                          "window.fetch = (u, i) => { window.sent.push(i && i.body); return f(u, i); };")
     redo.click()
     wait_for(driver, lambda d: "with your edits as context" in d.find_element(By.ID, "status").text)
     sources = DOCUMENT.replace("\n\n", "\n").split("\n")
+    sent = json.loads(driver.execute_script("return window.sent[0]"))
+    assert sent["sentences"] == sources[1:]
+    assert sent["context"] == {"src": sources[:1], "tgt": ["Hallo, ich möchte einen Tisch für zwei."]}
     want = httpx.post(page_server + "/v1/translate", json={
         "model": "chat", "sentences": sources[1:], "options": {},
         "context": {"src": sources[:1], "tgt": ["Hallo, ich möchte einen Tisch für zwei."]}}, timeout=120).json()
