@@ -150,3 +150,19 @@ def test_a_bad_fallback_is_one_error_line(cli_error, tmp_path, vocab):
     assert "auto, sentence or none" in cli_error("translate", str(model), "-i", str(src), "--fallback", "always")
     assert "not a docnmt model directory" in cli_error("translate", str(model), "-i", str(src), "--fallback-model",
                                                        str(tmp_path))
+
+
+def test_a_stream_counts_the_repairs_of_every_document(vocab, monkeypatch, tmp_path, run_cli):
+    import io
+    import sys
+    model = save(translator(vocab), tmp_path / "doc")
+    monkeypatch.setattr(tmod, "beam_search", stand_in(vocab))
+    docs = documents()
+    text = "".join("<d>\n" + "".join(s + "\n" for s in d) for d in docs)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    rep = tmp_path / "report.json"
+    status, out, _ = run_cli("translate", str(model), "-q", "--report", str(rep))
+    assert status == 0 and out.splitlines()[1:5] == texts(vocab, docs[0], reverse={0, 1})
+    report = json.loads(rep.read_text())
+    assert report["repaired_sentences"] == 4 and report["fallback"]["sentences"] == 4
+    assert report["documents_fully_recovered"] == 2
