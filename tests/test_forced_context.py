@@ -186,3 +186,8 @@ def test_the_service_forces_the_context_and_counts_repairs(vocab):
         assert r.status_code == 422 and "3 source sentences but 1 translations" in r.json()["error"]
         r = client.post("/v1/translate", json={"sentences": new, "context": {"tgt": ctx_tgt}})
         assert r.status_code == 422 and "context.src" in r.json()["error"]
+        r = client.post("/v1/translate", json={"sentences": new, "options": {"fallback": "always"}})
+        assert r.status_code == 422 and "options.fallback" in r.json()["error"]
+        r = client.post("/v1/translate", json={"sentences": new, "options": {"fallback": "sentence", "scores": False}})
+        rows = r.json()["sentences"]
+        assert r.json()["coverage"]["repaired_sentences"] == sum(row["repaired"] for row in rows) > 0
