@@ -28,7 +28,7 @@ from .data import ModeConfig
 from .errors import ConfigError
 from .methods import NoOptions
 from .model import ModelConfig
-from .search import COMPILE_LIMIT, LENPEN_STYLES, SearchConfig
+from .search import COMPILE_LIMIT, FALLBACK_LIMIT, LENPEN_STYLES, SearchConfig
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -246,7 +246,6 @@ def _migrate(raw: dict) -> dict:
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")   # auto: bf16 (fp16 without it) on CUDA, fp32 on CPU
 DECODE_PRECISIONS = ("auto", "fp32", "bf16")
 
-
 _one_of = ranges.one_of
 _AT_LEAST_0, _AT_LEAST_1, _PROBABILITY = ranges.AT_LEAST_0, ranges.AT_LEAST_1, ranges.PROBABILITY
 _FINITE, _FINITE_AT_LEAST_0, _FINITE_ABOVE_0 = ranges.FINITE, ranges.FINITE_AT_LEAST_0, ranges.FINITE_ABOVE_0
@@ -272,7 +271,8 @@ LIMITS = {
     "decode": {"beam": _AT_LEAST_1, "nbest": _AT_LEAST_1, "max_tokens": _AT_LEAST_1, "max_sentences": _AT_LEAST_1,
                "lenpen": _FINITE, "max_len_a": _FINITE_AT_LEAST_0, "max_len_b": _AT_LEAST_0, "min_len": _AT_LEAST_0,
                "no_repeat_ngram_size": _AT_LEAST_0, "lenpen_style": _one_of(LENPEN_STYLES),
-               "precision": _one_of(DECODE_PRECISIONS), "compile_step": COMPILE_LIMIT},
+               "precision": _one_of(DECODE_PRECISIONS), "compile_step": COMPILE_LIMIT,
+               "fallback": FALLBACK_LIMIT},
 }
 
 

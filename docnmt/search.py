@@ -51,11 +51,16 @@ class SearchConfig:
                                     # place (StaticDecoderCache; same beams; for GPUs: docs/performance.md)
     compile_step: str = ""          # torch.compile the step's output layer in this mode for row buckets (default |
                                     # reduce-overhead: CUDA graphs | max-autotune; "" = eager; docs/performance.md)
+    fallback: str = "auto"          # sentences a document output lost (empty or merged) translated again, each
+                                    # alone: auto (on where a model can lose them) | sentence | none (fallback.py)
+    fallback_model: str = ""        # ... by this sentence model (a directory) instead of the model in sentence mode
 
 
 LENPEN_STYLES = ("fairseq", "gnmt")
 COMPILE_MODES = ("", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")   # "": eager
 COMPILE_LIMIT = (lambda v: v in COMPILE_MODES, "empty (eager) or " + ", ".join(COMPILE_MODES[1:]))   # config LIMITS
+FALLBACKS = ("auto", "sentence", "none")
+FALLBACK_LIMIT = (lambda v: v in FALLBACKS, "auto, sentence or none")
 
 
 @dataclass

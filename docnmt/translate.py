@@ -21,13 +21,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import methods
+from . import fallback, methods
 from .attention import AttentionSettings
 from .checkpoint import WEIGHTS, load_weights
 from .config import DECODE_PRECISIONS, Config, DecodeConfig, section_class
 from .data import Corpus, InstanceSet, model_inputs
 from .document import Document
 from .errors import DataError, DocnmtError
+from .forced_context import ForcedContext
 from .methods import build_model
 from .model import Transformer
 from .search import NoRepeatNgram, SearchConfig, beam_search, with_processor
@@ -44,6 +45,13 @@ class CoverageReport:
     documents_with_problems: list = field(default_factory=list)
     walk: dict = field(default_factory=dict)     # what the decoding walk reports (two-pass decoding: first_pass)
     walk_summary: str = ""                        # ... and says of itself in the summary line
+    lost: set = field(default_factory=set)        # sentences an output lost (empty or merged: docnmt.fallback)
+    repaired: set = field(default_factory=set)    # ... of them translated again alone, not empty now
+    fallback: dict | None = None                  # what the fallback did (None: off)
+
+    @property
+    def repaired_sentences(self) -> int:
+        return len(self.repaired)
 
     @property
     def documents_fully_recovered(self) -> int:
@@ -54,18 +62,24 @@ class CoverageReport:
                 f"{self.empty_sentences}/{self.sentences} sentences empty, "
                 f"{self.malformed_instances}/{self.instances} instances with merged or missing sentences "
                 "(repaired by the recovery rules)")
+        if self.fallback is not None:
+            text += (f"; fallback: {self.fallback['sentences']} lost sentences translated again alone, "
+                     f"{self.repaired_sentences} repaired")
         return text + (f"; {self.walk_summary}" if self.walk_summary else "")
 
     def as_dict(self) -> dict:
         """The report as ``docnmt translate --report`` writes it (JSON), with the paper's
         Table VII figure, documents fully recovered out of all, spelled out; then what the decoding
         walk reports (after two-pass decoding ``first_pass``: what translated pass 1, ``by``: model,
-        i.e. this model itself, sentence_model or file; ``path``)."""
+        i.e. this model itself, sentence_model or file; ``path``). ``repaired_sentences``: sentences
+        the fallback translated again alone (docnmt.fallback); ``fallback``: what it did (``by``
+        model or sentence_model, ``path``, ``sentences`` it translated again), null when off."""
         return {"documents": self.documents,
                 "documents_fully_recovered": self.documents_fully_recovered,
                 "sentences": self.sentences, "empty_sentences": self.empty_sentences,
                 "instances": self.instances, "malformed_instances": self.malformed_instances,
                 "documents_with_problems": list(self.documents_with_problems),
+                "repaired_sentences": self.repaired_sentences, "fallback": self.fallback,
                 **{k: dict(v) if isinstance(v, dict) else v for k, v in self.walk.items()}}
 
 
@@ -120,12 +134,16 @@ class Translator:
         return full(**{**vars(self.cfg.decode), **vars(search)})
 
     def translate(self, docs: list[Document] | list[list[str]], search: SearchConfig | None = None,
-                  progress: bool = False, origin: str = "input") -> tuple[list[Document], CoverageReport]:
+                  progress: bool = False, origin: str = "input",
+                  context: dict | None = None) -> tuple[list[Document], CoverageReport]:
         """Translate documents (``Document`` objects or lists of sentences). Returns documents
-        with ``tgt`` filled (one string per source sentence; ``meta["nbest"]`` when nbest > 1)
-        and a coverage report."""
+        with ``tgt`` filled (one string per source sentence; ``meta["nbest"]`` when nbest > 1;
+        ``meta["repaired"]``: the sentences the fallback translated again) and a coverage report.
+        ``context`` (``{"src": [...], "tgt": [...]}``; or a document's ``meta["context"]``):
+        earlier sentences of the first document and their translations, forced as its context
+        (:mod:`docnmt.forced_context`); only the new sentences come back."""
         docs = [d if isinstance(d, Document) else Document(str(i), list(d)) for i, d in enumerate(docs)]
-        docs = [Document(d.docid, d.src, None, dict(d.meta)) for d in docs]
+        docs, plan = ForcedContext.of([Document(d.docid, d.src, None, dict(d.meta)) for d in docs], context)
         search = self.decode_config(search)
         max_pos = self.cfg.model.max_positions
         corpus = Corpus.encode(docs, self.vocab, max_sentence_tokens=max_pos - 2, origin=origin)
@@ -140,16 +158,27 @@ class Translator:
         bar = tqdm(total=report.instances, desc="translate", unit="inst", disable=not progress, leave=False)
 
         def decode(rows, new_from, forced_from=None, outputs=outputs):
-            self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from)
-        walk.run(self, docs, corpus, rounds, search, decode)
+            lost = report.lost if outputs is main else set()      # a first pass loses nothing for good
+            self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from, lost)
+        main = outputs
+        if plan:
+            plan.start(self, corpus, outputs)
+        walk.run(self, docs, corpus, rounds, search, plan.wrap(decode, corpus) if plan else decode)
         report.walk, report.walk_summary = dict(walk.report), walk.summary()
+        if fallback.active(self.cfg, search):
+            def alone(rows, out):      # the fallback's sentence instances: not in the report's counts
+                self._decode(corpus, rows, rows[:, 2].copy(), out, search, CoverageReport(), set(), bar)
+            fallback.repair(self, docs, corpus, outputs, report, bad_docs, search, alone, plan.forced if plan else ())
         bar.close()
-        return self._assemble(docs, corpus, outputs, report, bad_docs), report
+        docs = self._assemble(docs, corpus, outputs, report, bad_docs)
+        fallback.mark(docs, corpus, report)
+        return (plan.strip(docs, report) if plan else docs), report
 
-    def _decode(self, corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from=None) -> None:
+    def _decode(self, corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from=None,
+                lost=None) -> None:
         """Decode instances ``rows``, forcing sentences [target start, ``new_from``) from
         ``forced_from`` (default: ``outputs`` of earlier rounds) and adding the translations of
-        the others to ``outputs``."""
+        the others to ``outputs``; ``lost`` gets the sentences an output lost (:mod:`.fallback`)."""
         forced_from = outputs if forced_from is None else forced_from
         iset = InstanceSet(corpus, rows, self.joiner)
         sentence_targets = not self.cfg.data.is_document_level
@@ -179,6 +208,10 @@ class Translator:
                     if rank == 0 and not ok:
                         report.malformed_instances += 1
                         bad_docs.add(int(corpus.doc_of(tstart)))
+                        if lost is not None:
+                            lost.update(tstart + j for j in fallback.lost_sentences(self.joiner, forced + hyp.tokens,
+                                                                                    end - tstart)
+                                        if j >= int(new_from[k]) - tstart)
                     for j in range(int(new_from[k]) - tstart, end - tstart):
                         outputs[tstart + j].append(Scored(sents[j], hyp.score))
             bar.update(len(idx))

@@ -98,6 +98,10 @@ def _translate_one(translator, cfg, doc: Document, out, print_scores: bool, tota
     for field in ("documents", "sentences", "instances", "malformed_instances", "empty_sentences"):
         setattr(total, field, getattr(total, field) + getattr(rep, field))
     total.documents_with_problems += rep.documents_with_problems
+    total.repaired |= {(total.documents, i) for i in rep.repaired}       # numbered apart per document
+    if rep.fallback is not None:
+        total.fallback = {**rep.fallback, "sentences": rep.fallback["sentences"] + (total.fallback or {}).get(
+            "sentences", 0)}
 
 
 def _numbered_lines(first: bytes, stream):

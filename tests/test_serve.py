@@ -293,7 +293,7 @@ def test_a_document_comes_back_sentence_by_sentence(api):
     assert body["model"] == "s" and body["translation"] == ["HELLO THERE.", "BYE."]
     assert [s["source"] for s in body["sentences"]] == ["Hello there.", "Bye."]
     assert body["coverage"] == {"documents": 1, "documents_fully_recovered": 1, "sentences": 2,
-                                "empty_sentences": 0, "documents_with_problems": []}
+                                "empty_sentences": 0, "documents_with_problems": [], "repaired_sentences": 0}
     assert body["timing"]["source_tokens"] == 3 and body["timing"]["total_ms"] >= body["timing"]["queued_ms"]
     r = client.post("/v1/translate", json={"model": "d", "text": "One. Two.\n\nThree.", "split": "sentences"})
     body = r.json()

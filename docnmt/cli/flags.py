@@ -113,6 +113,12 @@ DECODE_FLAGS = {
     "--max-instance-tokens": ("data.max_instance_tokens", int,
                               "Doc2Doc: split documents into instances of fewer tokens (0 = whole documents)",
                               "methods"),
+    "--fallback": ("decode.fallback", str, "sentences an output lost (empty, or merged into a neighbour) translated "
+                   "again, each alone: auto (on for models whose outputs hold several sentences: Doc2Doc, MR, "
+                   "P-Transformer, G-Transformer, DocFlat; off for sentence models, Doc2Sent and the context "
+                   "encoder) | sentence | none", "search"),
+    "--fallback-model": ("decode.fallback_model", str, "a sentence model's directory: it translates the lost "
+                         "sentences instead of this model in its sentence mode", "search"),
 }
 # old names kept working, not shown in --help
 DECODE_ALIASES = {"--batch-tokens": "--max-tokens"}

@@ -30,6 +30,11 @@ def add_translate(sub) -> None:
                    help="also write the coverage report (documents fully recovered, empty and merged sentences) "
                         "here as JSON; never overwritten without --force")
     g.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report on stderr")
+    g.add_argument("--context-src", metavar="FILE",
+                   help="earlier sentences of the input's (first) document, one a line: its context")
+    g.add_argument("--context-tgt", metavar="FILE",
+                   help="their translations (edited or not), one a line: forced as the target context; only the "
+                        "input's sentences are translated and written")
     g.add_argument("--print-scores", action="store_true",
                    help="add each sentence's and document's log-probability per token under the model "
                         "(plain output: 'score<TAB>translation' and '<d><TAB>score' lines, the latter only where the "
@@ -53,22 +58,28 @@ def cmd_translate(args) -> int:
     inputs = args.input or ["-"]
     if args.report and args.output and Path(args.report).resolve() == Path(args.output).resolve():
         raise DocnmtError("--report and --output name the same file")
-    refuse_inputs([args.output, args.report], [*inputs, *model_files(args.model, args.checkpoint)])
+    refuse_inputs([args.output, args.report], [*inputs, *model_files(args.model, args.checkpoint),
+                                               *filter(None, [args.context_src, args.context_tgt])])
     refuse_overwrite([args.output, args.report], args.force)
     refuse_unwritable([args.output, args.report])
     translator = Translator.load(args.model, args.checkpoint, args.device)
     translator.cfg = cfg = decoding_config(args, translator.cfg)
+    if cfg.decode.fallback_model and cfg.decode.fallback != "none":      # a bad directory: an error before decoding
+        from ..fallback import sentence_model
+        sentence_model(translator, cfg.decode.fallback_model)
     if args.print_scores and cfg.decode.nbest > 1 and args.output_format == "marker":
         raise DocnmtError("--print-scores and --nbest: n-best lines already end in each hypothesis's score; "
                           "give one of them, or --output-format jsonl for both")
     streamable = args.format in ("auto", "marker", "blankline", "plain")
     report = None
-    if inputs == ["-"] and args.output_format == "marker" and cfg.decode.nbest == 1 and streamable:
+    context = read_context(args.context_src, args.context_tgt)
+    if inputs == ["-"] and args.output_format == "marker" and cfg.decode.nbest == 1 and streamable and not context:
         report = translate_stream(translator, cfg, args.output, args.print_scores)
     if report is None:           # not streamed, or the input turned out to be JSON or XML
         docs = read_inputs(inputs, args.format)
         check_translation(translator, docs, cfg.decode, inputs, args.format)   # sizes, before any decoding
-        out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs))
+        out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs),
+                                           context=context)
         write_translations(translator, out, args.output or sys.stdout, args.output_format, cfg.decode.nbest,
                            args.print_scores)
     if not args.quiet:
@@ -76,6 +87,19 @@ def cmd_translate(args) -> int:
     if args.report:
         write_report(report, args.report)
     return 0
+
+
+def read_context(src: str | None, tgt: str | None) -> dict | None:
+    """``--context-src`` and ``--context-tgt`` as a context (:mod:`docnmt.forced_context`), or None."""
+    from ..forced_context import check_context
+    from ..readers import read_text
+    if tgt and not src:
+        raise DocnmtError("--context-tgt needs --context-src (the sentences it translates)")
+    if not src:
+        return None
+    sides = {side: [line.strip() for line in read_text(path).lines] if path else None
+             for side, path in (("src", src), ("tgt", tgt))}
+    return check_context(sides, "--context-src/--context-tgt")
 
 
 def decoding_config(args, cfg):

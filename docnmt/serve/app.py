@@ -307,7 +307,7 @@ async def translate_json(service: Service, request: Request) -> JSONResponse:
         sents, paras = split_text(req.text, req.split, req.lang)
     else:
         sents, paras = check_sentences(req.sentences), None
-    out, extra = await service.translate(served, [Document("0", sents)], req.options,
+    out, extra = await service.translate(served, [Document("0", sents, None, req.meta())], req.options,
                                          lambda: client_gone(request))
     doc = out[0]
     result = {"model": served.name, "translation": doc.tgt,

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from .. import methods
 from ..document import Document
 from ..errors import DataError, DocnmtError
+from ..forced_context import check_context
 
 
 @dataclass
@@ -59,6 +60,9 @@ class CoreOptions(BaseModel):
     no_repeat_ngram_size: int | None = Field(None, ge=0, le=64)
     max_instance_tokens: int | None = Field(None, ge=0, description="Doc2Doc: instance budget (0 = whole documents)")
     scores: bool = Field(True, description="per-sentence scores (a teacher-forced pass over the translation)")
+    fallback: Literal["auto", "sentence", "none"] | None = Field(
+        None, description="sentences an output lost (empty or merged) translated again, each alone: auto (on for "
+                          "models whose outputs hold several sentences) | sentence | none")
 
     def overrides(self) -> dict:
         """The config overrides these options make (``decode.*``, ``data.max_instance_tokens``)."""
@@ -80,6 +84,15 @@ Options = create_model(
     **{s.name: (s.type | None, Field(None, description=s.help)) for s in request_settings()})
 
 
+class Context(BaseModel):
+    """Earlier sentences of the document and their translations: the context of the new ones."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    src: list[str] = Field(description="earlier source sentences of the document, one an item")
+    tgt: list[str] | None = Field(None, description="their translations (edited or not), as many as src: forced as "
+                                                    "the target context (left out: translated, not returned)")
+
+
 class TranslateRequest(BaseModel):
     """One document: ``sentences``, or ``text`` split into sentences as ``split`` says."""
 
@@ -92,6 +105,12 @@ class TranslateRequest(BaseModel):
                              "split into sentences by a rule-based splitter (pysbd) for `lang`")
     lang: str = Field("en", description="split=sentences: the source language (ISO 639-1)")
     options: Options = Field(default_factory=Options)
+    context: Context | None = Field(None, description="earlier sentences and their translations, forced as the "
+                                                      "context; only the new sentences are translated and returned")
+
+    def meta(self) -> dict:
+        """The document's meta: its context, checked (DataError)."""
+        return {"context": check_context(self.context.model_dump(), "context")} if self.context else {}
 
 
 class TooLarge(DataError):
@@ -141,7 +160,8 @@ def coverage(docs: list[Document]) -> dict:
     return {"documents": len(docs), "documents_fully_recovered": len(docs) - len(problems),
             "sentences": sum(len(d.src) for d in docs),
             "empty_sentences": sum(1 for d in docs for t in d.tgt if not t.strip()),
-            "documents_with_problems": problems}
+            "documents_with_problems": problems,
+            "repaired_sentences": sum(len(d.meta.get("repaired") or ()) for d in docs)}
 
 
 def sentence_rows(doc: Document, paragraphs: list[int] | None = None) -> list[dict]:
@@ -150,7 +170,8 @@ def sentence_rows(doc: Document, paragraphs: list[int] | None = None) -> list[di
     nbest = doc.meta.get("nbest")
     rows = []
     for k, (s, t) in enumerate(zip(doc.src, doc.tgt)):
-        row = {"source": s, "translation": t, "score": scores[k], "empty": not t.strip()}
+        row = {"source": s, "translation": t, "score": scores[k], "empty": not t.strip(),
+               "repaired": k in (doc.meta.get("repaired") or ())}
         if paragraphs is not None:
             row["paragraph"] = paragraphs[k]
         if nbest:

@@ -38,8 +38,8 @@ class Service:
     def prepare(self, served: Served, docs: list[Document], options: Options) -> tuple[tuple, object, list[int]]:
         """Check a request against the limits and the model; its decoding key, config and tokens."""
         s = self.settings
-        n = sum(len(d.src) for d in docs)
-        chars = sum(len(x) for d in docs for x in d.src)
+        n = sum(len(d.src) + len((d.meta.get("context") or {}).get("src", ())) for d in docs)    # context too
+        chars = sum(len(x) for d in docs for x in [*d.src, *(d.meta.get("context") or {}).get("src", ())])
         if n > s.max_sentences:
             raise TooLarge(f"{n} sentences; a request may have {s.max_sentences}")
         if chars > s.max_chars:

@@ -140,15 +140,89 @@ function show(result) {
     warnings.push(`${c.documents - c.documents_fully_recovered} of ${c.documents} documents were not fully ` +
                   "recovered: some of their sentences came back empty or merged (repaired by the recovery rules).");
   }
+  if (c.repaired_sentences) {
+    warnings.push(`${c.repaired_sentences} sentence${c.repaired_sentences === 1 ? "" : "s"} the model lost ` +
+                  "(empty or merged) were translated again alone.");
+  }
   $("warnings").replaceChildren(...warnings.map((w) => {
     const p = document.createElement("p");
     p.className = "warning";
     p.textContent = w;
     return p;
   }));
+  if (result.sentences) editable(body, rows, result);
   const t = result.timing;
   $("timing").textContent = `waited ${t.queued_ms} ms, ${t.total_ms} ms in all, ${t.source_tokens} source tokens`;
   $("result").hidden = false;
+}
+
+// Editing a translation: each translated sentence of a text result can be edited in place; an
+// edited one gets a button that translates the sentences after it again, with every sentence up
+// to it and its (edited) translation as the forced context (the API's `context`).
+function editable(body, rows, result) {
+  const request = { model: $("model").value, options: options(), split: result.split ? result.split.by : "lines" };
+  [...body.rows].forEach((tr, k) => {
+    const cell = tr.cells[2];
+    cell.contentEditable = "true";
+    cell.setAttribute("aria-label", `translation of sentence ${k + 1} (editable)`);
+    cell.addEventListener("focus", () => { if (!rows[k].translation) cell.textContent = ""; });
+    const redo = document.createElement("button");
+    redo.type = "button";
+    redo.className = "retranslate";
+    redo.textContent = "Re-translate the rest";
+    redo.title = "translate the sentences after this one again, with your edits as their context";
+    redo.hidden = true;
+    cell.addEventListener("input", () => {
+      rows[k].translation = cell.textContent.trim();
+      redo.hidden = k === rows.length - 1;
+    });
+    redo.addEventListener("click", () => retranslateAfter(k, body, rows, request));
+    const td = document.createElement("td");
+    td.className = "edit";
+    td.appendChild(redo);
+    tr.appendChild(td);
+  });
+}
+
+async function retranslateAfter(k, body, rows, request) {
+  const buttons = body.querySelectorAll("button.retranslate");
+  buttons.forEach((b) => { b.disabled = true; });
+  try {
+    say("Translating the rest with your edits as context…");
+    const context = { src: rows.slice(0, k + 1).map((r) => r.source),
+                      tgt: rows.slice(0, k + 1).map((r) => r.translation) };
+    const result = await call("/v1/translate", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ model: request.model, sentences: rows.slice(k + 1).map((r) => r.source), context,
+                             options: request.options }),
+    });
+    result.sentences.forEach((s, j) => {
+      const row = rows[k + 1 + j], tr = body.rows[k + 1 + j];
+      row.translation = s.translation;
+      tr.cells[2].textContent = s.translation || "(empty)";
+      tr.cells[3].textContent = s.score === null ? "–" : s.score.toFixed(2);
+      tr.classList.toggle("empty", s.empty);
+      tr.cells[4].firstChild.hidden = true;
+    });
+    body.rows[k].cells[4].firstChild.hidden = true;
+    download = { name: "translation.txt", text: joinText(rows, request.split) + "\n", type: "text/plain" };
+    say(`Translated ${result.sentences.length} sentence${result.sentences.length === 1 ? "" : "s"} after ` +
+        `sentence ${k + 1} again, with your edits as context.`);
+  } catch (e) {
+    say(e.message, true);
+  } finally {
+    buttons.forEach((b) => { b.disabled = false; });
+  }
+}
+
+function joinText(rows, split) {      // as the server's join_text: paragraphs apart, sentences joined
+  const paragraphs = [];
+  rows.forEach((r, k) => {
+    if (k === 0 || r.paragraph !== rows[k - 1].paragraph) paragraphs.push([]);
+    paragraphs[paragraphs.length - 1].push(r.translation);
+  });
+  return paragraphs.map((p) => (split === "sentences" ? p.filter((t) => t).join(" ") : p.join("\n"))).join("\n\n");
 }
 
 async function copyTranslation() {

@@ -169,12 +169,16 @@ def test_coverage_report_counts_merged_and_empty_sentences(run, monkeypatch):
     def fake_search(model, src, cfg, bos, eos, **kw):
         return [[Hypothesis(word * 3, 0.0)] for _ in range(src.size(0))]
     monkeypatch.setattr(tmod, "beam_search", fake_search)
-    docs, report = tr.translate([["One.", "Two.", "Three."], ["Alone."]])
+    docs, report = tr.translate([["One.", "Two.", "Three."], ["Alone."]], tr.cfg.override(
+        {"decode.fallback": "none"}).decode)
     assert docs[0].tgt == [tr.vocab.decode(word * 3), "", ""]
     assert docs[1].tgt == [tr.vocab.decode(word * 3)]
     assert report.malformed_instances == 1 and report.empty_sentences == 2
     assert report.documents_with_problems == ["0"]
     assert "1/2 documents fully recovered" in report.summary()
+    docs, report = tr.translate([["One.", "Two.", "Three."], ["Alone."]])     # the fallback: each again alone
+    assert docs[0].tgt == [tr.vocab.decode(word * 3)] * 3 and report.repaired_sentences == 3
+    assert "2/2 documents fully recovered" in report.summary()
 
 
 def test_bf16_decoding_path(run, capsys):

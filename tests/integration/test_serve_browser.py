@@ -7,6 +7,7 @@ serves another model than the tiny one, as for the picture in docs/serving.md).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -141,3 +142,35 @@ def test_with_an_api_key_typing_it_and_pressing_translate_is_enough(tiny_model, 
         assert [r[1] for r in rows(driver)] == ["Hello there."]
     finally:
         stop_server(proc)
+
+
+def test_an_edited_translation_becomes_the_context_of_the_rest(page_server, browser):
+    """Editing a translated sentence and pressing its "Re-translate the rest" translates the
+    sentences after it again with the edit forced as context: as the API's ``context`` does."""
+    driver = browser
+    driver.get(page_server)
+    wait_for(driver, lambda d: "ready" in d.find_element(By.ID, "status").text)
+    driver.find_element(By.ID, "source").send_keys(DOCUMENT)
+    driver.find_element(By.ID, "translate").click()
+    wait_for(driver, lambda d: "Translated" in d.find_element(By.ID, "status").text)
+    first = driver.find_elements(By.CSS_SELECTOR, "#pairs tbody tr")[0]
+    redo = first.find_element(By.CSS_SELECTOR, "button.retranslate")
+    assert not redo.is_displayed()                          # nothing edited yet
+    cell = first.find_element(By.CSS_SELECTOR, "td.translation")
+    cell.click()
+    cell.send_keys(Keys.CONTROL, "a")
+    cell.send_keys("Hallo, ich möchte einen Tisch für zwei.")
+    driver.execute_script("window.sent = []; const f = window.fetch; "
+                          "window.fetch = (u, i) => { window.sent.push(i && i.body); return f(u, i); };")
+    redo.click()
+    wait_for(driver, lambda d: "with your edits as context" in d.find_element(By.ID, "status").text)
+    sources = DOCUMENT.replace("\n\n", "\n").split("\n")
+    sent = json.loads(driver.execute_script("return window.sent[0]"))
+    assert sent["sentences"] == sources[1:]
+    assert sent["context"] == {"src": sources[:1], "tgt": ["Hallo, ich möchte einen Tisch für zwei."]}
+    want = httpx.post(page_server + "/v1/translate", json={
+        "model": "chat", "sentences": sources[1:], "options": {},
+        "context": {"src": sources[:1], "tgt": ["Hallo, ich möchte einen Tisch für zwei."]}}, timeout=120).json()
+    table = rows(driver)
+    assert table[0][2] == "Hallo, ich möchte einen Tisch für zwei."
+    assert [r[2] for r in table[1:]] == [t or "(empty)" for t in want["translation"]]
