@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import methods
+from . import engines, methods
 from .attention import AttentionSettings
 from .checkpoint import WEIGHTS, load_weights
 from .config import DECODE_PRECISIONS, Config, DecodeConfig, section_class
@@ -93,7 +93,9 @@ class Translator:
         if not weights.exists():
             raise DocnmtError(f"{weights}: no weights (has training saved a model yet?)")
         load_weights(model, weights)
-        return cls(model, vocab, cfg, check_device(device))
+        out = cls(model, vocab, cfg, check_device(device))
+        out.weights_path = weights          # what --engine ctranslate2 converts (its cache is keyed on it)
+        return out
 
     def banned_ids(self, sentence_targets: bool) -> list[int]:
         """Special tokens the search never generates: all but the format's own (separators in
@@ -156,6 +158,7 @@ class Translator:
         batches = iset.batches(search.max_tokens, with_target=False, shuffle=False, order=self.cfg.data.batch_order,
                                max_sentences=search.max_sentences)
         amp = autocast_dtype(search.precision, self.device)
+        model, run = engines.model_for(self, search), engines.search_for(self, search) or beam_search
         for idx in batches:
             batch = iset.collate(idx)
             src = batch["src"].to(self.device)
@@ -169,9 +172,9 @@ class Translator:
             # the sentences each instance translates: the output limit allows max_len_b for each
             sentences = torch.tensor([int(rows[k, 1]) - int(new_from[k]) for k in idx]).clamp(min=1)
             with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                hyps = beam_search(self.model, src, search, start, self.joiner.end,
-                                   banned=self.banned_ids(sentence_targets), prefix=prefix if any(prefix) else None,
-                                   inputs=inputs, sentences=sentences, **extra)
+                hyps = run(model, src, search, start, self.joiner.end,
+                           banned=self.banned_ids(sentence_targets), prefix=prefix if any(prefix) else None,
+                           inputs=inputs, sentences=sentences, **extra)
             for k, forced, nbest in zip(idx, prefix, hyps):
                 _, end, tstart = (int(x) for x in rows[k])
                 for rank, hyp in enumerate(nbest):

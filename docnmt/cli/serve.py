@@ -40,6 +40,10 @@ def add_serve(sub) -> None:
     p.add_argument("--max-tokens", dest="batch_tokens", type=positive_int, default=4000, metavar="N",
                    help="batch budget: source tokens decoded together, at most")
     p.add_argument("--batch-tokens", dest="batch_tokens", type=positive_int, help=argparse.SUPPRESS)  # the old name
+    p.add_argument("--engine", default="docnmt", choices=["docnmt", "ctranslate2"],
+                   help="who runs the search: docnmt, or CTranslate2 for plain Transformers (pip install docnmt[ct2])")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "int8"],
+                   help="decoding precision (default: the model's; int8: dynamic int8 linear layers on a CPU)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                    help="server log level on stderr")
 
@@ -55,6 +59,7 @@ def cmd_serve(args) -> int:
                         max_upload_bytes=int(args.max_upload_mb * 2**20), max_beam=args.max_beam,
                         timeout=args.timeout, queue=args.queue, batch_wait=args.batch_wait_ms / 1000,
                         batch_tokens=args.batch_tokens, workers=args.workers, api_key=args.api_key)
+    decode = {"decode.engine": args.engine, **({"decode.precision": args.precision} if args.precision else {})}
     serve(args.models, args.host, args.port, settings, args.device, args.threads, args.log_level,
-          announce=lambda m: print(m, file=sys.stderr, flush=True))
+          announce=lambda m: print(m, file=sys.stderr, flush=True), decode=decode)
     return 0

@@ -107,6 +107,8 @@ def add_score(sub) -> None:
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary on stderr")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "int8"],
+                   help="int8: the model's linear layers in dynamic int8 (CPU; close to fp32, not equal)")
 
 
 def cmd_score(args) -> int:
@@ -126,6 +128,9 @@ def cmd_score(args) -> int:
                               f"{len(b)} in {args.ref}")
         a.tgt = b
     translator = Translator.load(args.model, args.checkpoint, args.device)
+    if args.precision == "int8":
+        from ..engines.int8 import model_for
+        translator.model = model_for(translator, argparse.Namespace(precision="int8"))
     scores, words = reference_scores(translator, src, cxmi=args.cxmi, progress=not args.quiet, origin=args.ref)
     text = format_scores(src, scores, words, args.output_format)
     if args.output:
