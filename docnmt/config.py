@@ -76,8 +76,7 @@ class TrainConfig:
 class DecodeConfig(SearchConfig):
     max_tokens: int = 8000       # source tokens per decoding batch
     max_sentences: int = 64      # instances per decoding batch
-    precision: str = "auto"      # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 | int8 (dynamic
-                                 # int8 linear layers on CPU; docs/performance.md#int8)
+    precision: str = "auto"      # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 | int8 (CPU)
     engine: str = "docnmt"       # docnmt | ctranslate2 (the search run by CTranslate2; docs/performance.md#ctranslate2)
 
 
@@ -246,9 +245,7 @@ def _migrate(raw: dict) -> dict:
 
 
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")   # auto: bf16 (fp16 without it) on CUDA, fp32 on CPU
-DECODE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
-ENGINES = ("docnmt", "ctranslate2")
-
+DECODE_PRECISIONS, ENGINES = ("auto", "fp32", "bf16", "int8"), ("docnmt", "ctranslate2")
 
 _one_of = ranges.one_of
 _AT_LEAST_0, _AT_LEAST_1, _PROBABILITY = ranges.AT_LEAST_0, ranges.AT_LEAST_1, ranges.PROBABILITY

@@ -46,6 +46,7 @@ def add_translate(sub) -> None:
 
 
 def cmd_translate(args) -> int:
+    from .. import engines
     from ..limits import check_translation
     from ..readers import read_inputs
     from ..translate import Translator
@@ -58,6 +59,7 @@ def cmd_translate(args) -> int:
     refuse_unwritable([args.output, args.report])
     translator = Translator.load(args.model, args.checkpoint, args.device)
     translator.cfg = cfg = decoding_config(args, translator.cfg)
+    engines.prepare(translator, {})         # --engine / --precision int8: refused or made now, before any output
     if args.print_scores and cfg.decode.nbest > 1 and args.output_format == "marker":
         raise DocnmtError("--print-scores and --nbest: n-best lines already end in each hypothesis's score; "
                           "give one of them, or --output-format jsonl for both")

@@ -25,8 +25,7 @@ def prepare(translator, overrides: dict | None) -> None:
     """Set ``translator``'s decoding ``overrides`` (``{"decode.engine": ..., "decode.precision": ...}``,
     ``docnmt serve``'s flags) and make what they need now (the CTranslate2 model, the int8 copy),
     so that a model the engine refuses is an error at start, not at the first request."""
-    if not overrides:
-        return
-    translator.cfg = translator.cfg.override(overrides)
+    if overrides:
+        translator.cfg = translator.cfg.override(overrides)
     model_for(translator, translator.cfg.decode)
     search_for(translator, translator.cfg.decode)
