@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from . import engines, methods
 from .attention import AttentionSettings
@@ -30,6 +29,7 @@ from .document import Document
 from .errors import DataError, DocnmtError
 from .methods import build_model
 from .model import Transformer
+from .progress_log import progress_bar
 from .search import NoRepeatNgram, SearchConfig, beam_search, with_processor
 from .vocab import Vocab
 
@@ -139,7 +139,7 @@ class Translator:
         report = CoverageReport(documents=len(docs), sentences=corpus.n_sents,
                                 instances=sum(len(rows) for rows, _ in rounds))
         bad_docs: set[int] = set()     # documents with an instance whose sentences came back merged
-        bar = tqdm(total=report.instances, desc="translate", unit="inst", disable=not progress, leave=False)
+        bar = progress_bar(total=report.instances, desc="translate", unit="inst", disable=not progress, leave=False)
 
         def decode(rows, new_from, forced_from=None, outputs=outputs):
             self._decode(corpus, rows, new_from, outputs, search, report, bad_docs, bar, forced_from)
