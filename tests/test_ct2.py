@@ -147,3 +147,23 @@ def test_int8_in_translate_and_score(tiny_model, tmp_path, run_cli):
         scores[precision] = [float(line.split("\t")[2]) for line in out.splitlines()[1:]]
     assert scores["fp32"] != scores["int8"]
     assert max(abs(x - y) / max(abs(x), 1) for x, y in zip(scores["fp32"], scores["int8"])) < 0.05
+
+
+def test_serve_loads_models_for_the_engine_and_int8(tiny_model, tmp_path):
+    """docnmt serve's --engine / --precision: every worker's translator decodes with them (the
+    model converted at start), and a model the engine cannot run is refused at start."""
+    from docnmt.errors import DocnmtError
+    from docnmt.serve.launcher import load_models
+    from docnmt.translate import Translator
+    model = tmp_path / "s2s"
+    shutil.copytree(tiny_model("sent2sent"), model)
+    served = load_models([str(model)], 2, "cpu", decode={"decode.engine": "ctranslate2", "decode.beam": 1})["s2s"]
+    assert served.cfg.decode.engine == "ctranslate2" and (model / "ctranslate2" / "model" / "model.bin").exists()
+    ref = Translator.load(model)
+    greedy = ref.decode_config().__class__(**{**vars(ref.cfg.decode), "beam": 1})
+    want = [d.tgt for d in ref.translate(DOCS, greedy)[0]]
+    assert all([d.tgt for d in tr.translate(DOCS, tr.cfg.decode)[0]] == want for tr in served.translators)
+    int8 = load_models([str(model)], 1, "cpu", decode={"decode.precision": "int8"})["s2s"].translators[0]
+    assert "_int8" in vars(int8)
+    with pytest.raises(DocnmtError, match="ctranslate2"):
+        load_models([str(tiny_model("gtransformer"))], 1, "cpu", decode={"decode.engine": "ctranslate2"})
