@@ -13,11 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import DocnmtError
 
 CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH"}
 EPSILON = 1e-5                      # torch's LayerNorm default, which every docnmt LayerNorm uses
+NEVER = -1e4                        # the logit bias of rows never predicted (exp underflows to 0; fits float16)
 
 
 def load_ctranslate2():
@@ -68,10 +70,16 @@ def build_spec(model, vocab, start: int):
             _norm(theirs.layer_norm, ours.final_norm)
         for layer_spec, layer in zip(theirs.layer, ours.layers):
             _layer(layer_spec, layer, cross=side == "decoder")
-    spec.decoder.projection.weight = _np(model.output_weight()[:rows])
-    bias = model.output_bias()
-    if bias is not None:
-        spec.decoder.projection.bias = _np(bias[:rows])
+    weight, bias = model.output_weight()[:rows], model.output_bias()
+    spec.decoder.projection.weight = _np(F.pad(weight, (0, 0, 0, rows - weight.size(0))))
+    if bias is not None or m.classes < rows:
+        # rows the output layer does not predict (an imported model's new symbols): never generated,
+        # and out of the softmax, as docnmt's -inf logits
+        full = torch.zeros(rows)
+        if bias is not None:
+            full[: min(rows, bias.numel())] = bias.detach().float()[:rows]
+        full[m.classes:] = NEVER
+        spec.decoder.projection.bias = _np(full)
     tokens = ct2_tokens(vocab)
     spec.register_source_vocabulary(tokens)
     spec.register_target_vocabulary(tokens)

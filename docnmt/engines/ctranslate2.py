@@ -37,11 +37,7 @@ def refusal(translator) -> str | None:
     """Why ``translator``'s model cannot run on CTranslate2 (None: it can): only the plain
     Transformer (sentence-level, Doc2Sent, Doc2Doc) has a CTranslate2 equivalent."""
     why = exportable(translator)
-    if why:
-        return f"{why} has no CTranslate2 equivalent"
-    if translator.cfg.model.tgt_lang_token >= 0:
-        return "models with a forced target language code (mBART, M2M-100, NLLB) are not run on CTranslate2 yet"
-    return None
+    return f"{why} has no CTranslate2 equivalent" if why else None
 
 
 def check_search(search) -> None:
@@ -68,6 +64,8 @@ class CT2Engine:
         self.tokens = ct2_tokens(translator.vocab)
         self.ids = {t: i for i, t in enumerate(self.tokens)}
         self.pad, self.model = translator.vocab.pad, translator.model
+        lang = translator.cfg.model.tgt_lang_token           # a forced language code: CTranslate2's target prefix
+        self.prefix = [self.tokens[lang]] if lang >= 0 else []
 
     def search(self, model, src, cfg, bos, eos: int, banned=(), prefix=None, processors=(), max_len=None,
                inputs=None, sentences=None) -> list[list[Hypothesis]]:
@@ -85,12 +83,14 @@ class CT2Engine:
         out: list[list[Hypothesis]] = [[] for _ in rows]
         for limit in sorted(set(limits)):
             group = [k for k, n in enumerate(limits) if n == limit]
+            pre = len(self.prefix)
             results = self.ct.translate_batch(
-                [rows[k] for k in group], beam_size=cfg.beam, patience=1, num_hypotheses=cfg.nbest,
-                length_penalty=cfg.lenpen, max_decoding_length=limit, min_decoding_length=cfg.min_len,
-                suppress_sequences=suppress or None, end_token=end, return_scores=True, max_input_length=0)
+                [rows[k] for k in group], [self.prefix] * len(group) if pre else None, beam_size=cfg.beam, patience=1,
+                num_hypotheses=cfg.nbest, length_penalty=cfg.lenpen, max_decoding_length=limit + pre,
+                min_decoding_length=cfg.min_len + pre, suppress_sequences=suppress or None, end_token=end,
+                return_scores=True, max_input_length=0)
             for k, res in zip(group, results):
-                out[k] = [Hypothesis([self.ids[t] for t in hyp], float(score))
+                out[k] = [Hypothesis([self.ids[t] for t in hyp[pre:]], float(score))
                           for hyp, score in zip(res.hypotheses, res.scores)]
         return out
 
