@@ -6,6 +6,7 @@ close to fp32 in translate and score."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -99,6 +100,21 @@ def test_engine_ctranslate2_translates_as_docnmt(name, beam, tiny_model, tmp_pat
     before = cache.stat().st_mtime_ns
     assert _translate(run_cli, model, tmp_path, "--beam", beam, "--engine", "ctranslate2") == ours
     assert cache.stat().st_mtime_ns == before
+    weights = model / "model.safetensors"                  # new weights: converted again
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert _translate(run_cli, model, tmp_path, "--beam", beam, "--engine", "ctranslate2") == ours
+    assert cache.stat().st_mtime_ns != before
+
+
+def test_engine_cache_never_replaces_a_users_directory(tiny_model, tmp_path, cli_error):
+    model = tmp_path / "s2s"
+    shutil.copytree(tiny_model("sent2sent"), model)
+    (model / "ctranslate2" / "model").mkdir(parents=True)
+    (model / "ctranslate2" / "model" / "notes.txt").write_text("mine")
+    src = tmp_path / "src.txt"
+    src.write_text(_marker(DOCS))
+    assert "not docnmt's CTranslate2 cache" in cli_error("translate", model, "-i", src, "--engine", "ctranslate2")
+    assert (model / "ctranslate2" / "model" / "notes.txt").read_text() == "mine"
 
 
 def test_engine_ctranslate2_refuses_other_architectures(tiny_model, tmp_path, cli_error):

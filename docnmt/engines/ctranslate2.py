@@ -29,7 +29,7 @@ from .ct2_spec import convert, ct2_tokens, load_ctranslate2
 from .export import exportable
 
 CACHE = "ctranslate2"            # MODEL/ctranslate2/<weights stem>/: the converted model and its stamp
-STAMP = "docnmt_ct2.json"        # what the cache was converted from (weights size and mtime)
+STAMP = "docnmt_ct2.json"        # what the cache was converted from (_stamp)
 COMPUTE = {"int8": "int8", "bf16": "bfloat16"}      # --precision -> CTranslate2 compute type (else float32)
 
 
@@ -112,7 +112,7 @@ def cached_model(translator) -> Path:
     """The converted model of ``translator``: the cache beside its weights when it is up to date,
     else converted anew (there, or in a temporary directory when the model directory is read-only)."""
     weights = Path(getattr(translator, "weights_path", "") or "")
-    stamp = _stamp(weights) if weights.is_file() else None
+    stamp = _stamp(translator, weights) if weights.is_file() else None
     if stamp is not None:
         cache = weights.parent / CACHE / weights.stem
         if _read_stamp(cache) == stamp:
@@ -142,9 +142,13 @@ def _convert_into(translator, cache: Path, stamp: dict | None) -> Path:
     return cache
 
 
-def _stamp(weights: Path) -> dict:
+def _stamp(translator, weights: Path) -> dict:
+    """What a conversion depends on: the weights file (path, size, time), the architecture, the
+    vocabulary's size and the start token."""
     st = weights.stat()
-    return {"weights": str(weights.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"weights": str(weights.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "model": {k: v for k, v in vars(translator.cfg.model).items() if isinstance(v, (int, float, str, bool))},
+            "tokens": len(translator.vocab), "start": translator.start_token(translator.cfg.decode)}
 
 
 def _read_stamp(cache: Path) -> dict | None:
