@@ -216,6 +216,8 @@ class MultiheadAttention(nn.Module):
         """Project ``x`` with rows ``part`` of the stacked [W_Q; W_K; W_V] (in units of d)."""
         d = self.d_model
         rows = slice(part.start * d, part.stop * d)
+        if hasattr(self.in_proj, "project"):       # an int8 copy's (docnmt.engines.int8.Int8Linear)
+            return self.in_proj.project(x, rows)
         return linear(x, self.in_proj.weight[rows], self.in_proj.bias[rows])
 
     def _split(self, x: Tensor) -> Tensor:

@@ -76,7 +76,8 @@ class TrainConfig:
 class DecodeConfig(SearchConfig):
     max_tokens: int = 8000       # source tokens per decoding batch
     max_sentences: int = 64      # instances per decoding batch
-    precision: str = "auto"      # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16
+    precision: str = "auto"      # auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 | int8 (CPU)
+    engine: str = "docnmt"       # docnmt | ctranslate2 (the search run by CTranslate2; docs/performance.md#ctranslate2)
 
 
 @dataclass
@@ -244,7 +245,7 @@ def _migrate(raw: dict) -> dict:
 
 
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")   # auto: bf16 (fp16 without it) on CUDA, fp32 on CPU
-DECODE_PRECISIONS = ("auto", "fp32", "bf16")
+DECODE_PRECISIONS, ENGINES = ("auto", "fp32", "bf16", "int8"), ("docnmt", "ctranslate2")
 
 _one_of = ranges.one_of
 _AT_LEAST_0, _AT_LEAST_1, _PROBABILITY = ranges.AT_LEAST_0, ranges.AT_LEAST_1, ranges.PROBABILITY
@@ -271,9 +272,8 @@ LIMITS = {
     "decode": {"beam": _AT_LEAST_1, "nbest": _AT_LEAST_1, "max_tokens": _AT_LEAST_1, "max_sentences": _AT_LEAST_1,
                "lenpen": _FINITE, "max_len_a": _FINITE_AT_LEAST_0, "max_len_b": _AT_LEAST_0, "min_len": _AT_LEAST_0,
                "no_repeat_ngram_size": _AT_LEAST_0, "lenpen_style": _one_of(LENPEN_STYLES),
-               "precision": _one_of(DECODE_PRECISIONS), "compile_step": COMPILE_LIMIT,
-               "fallback": FALLBACK_LIMIT},
-}
+               "precision": _one_of(DECODE_PRECISIONS), "engine": _one_of(ENGINES), "compile_step": COMPILE_LIMIT,
+               "fallback": FALLBACK_LIMIT}}
 
 
 def _limits() -> dict[str, dict]:

@@ -188,6 +188,8 @@ class Transformer(nn.Module):
     """Encoder-decoder Transformer; ``policy`` decides every attention call's spec and the
     layer builders ``(cfg, i) -> Layer`` decide each layer's sublayers."""
 
+    int8_output = None      # the output layer of an int8 copy (docnmt.engines.int8); None: output_weight()
+
     def __init__(self, cfg: ModelConfig, policy: AttentionPolicy | None = None,
                  make_encoder_layer: Callable[[ModelConfig, int], Layer] = encoder_layer,
                  make_decoder_layer: Callable[[ModelConfig, int], Layer] = decoder_layer):
@@ -365,7 +367,8 @@ class Transformer(nn.Module):
         """Logits (..., vocab_size): the padding rows' left out, the ids the output layer does not
         predict (``output_tokens``) at -inf."""
         bias = self.output_bias()
-        logits = linear(hidden, self.output_weight(), None if bias is None else bias.to(hidden.dtype))
+        logits = self.int8_output(hidden) if self.int8_output is not None else linear(     # int8: its bias inside
+            hidden, self.output_weight(), None if bias is None else bias.to(hidden.dtype))
         classes = self.cfg.classes
         if logits.size(-1) > classes:
             logits = logits[..., :classes]

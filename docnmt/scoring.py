@@ -15,13 +15,13 @@ from typing import Iterable
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from .attention import AttentionProbe, module_kind
 from .data import Corpus, InstanceSet, build_instances, model_inputs, sentence_costs
 from .document import Document
 from .errors import DataError
 from .model import rows_apart
+from .progress_log import progress_bar
 
 
 def last_sentence_rows(translator, corpus: Corpus, max_context: int | None = None) -> np.ndarray:
@@ -71,7 +71,7 @@ def teacher_forced(translator, corpus: Corpus, rows: np.ndarray, *, max_tokens: 
     # a model that looks across its batch (DocFlat) scores every instance as if alone: candidates
     # must not see each other
     apart = rows_apart(model, translator.method.score_alone)
-    with tqdm(total=len(rows), desc=desc, unit="inst", disable=not progress, leave=False) as bar, apart:
+    with progress_bar(total=len(rows), desc=desc, unit="inst", disable=not progress, leave=False) as bar, apart:
         for idx in batches:
             batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in iset.collate(idx).items()}
             sentences = None

@@ -134,11 +134,15 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
     if start:
         tokens = torch.cat([tokens, forced[:, :start].repeat_interleave(K, 0)], dim=1)
         _prefill(model, tokens[::K, :start], enc, cache, K)
-    enc = enc.expand_beams(K)
+    one = start == 0 and K > 1 and not processors      # the first step's beams are identical: run it once per input
+    enc_inputs, enc = enc, enc.expand_beams(K)
     for step in range(start, last + 1):
         n = alive.numel()
-        hidden = model.decode(tokens, enc, cache)[:, -1]
-        lprobs = rules.next_lprobs(model, hidden, tokens, step, alive.repeat_interleave(K))
+        if one and step == 0:
+            lprobs = _first_step(model, rules, tokens[::K], enc_inputs, cache, alive, K)
+        else:
+            hidden = model.decode(tokens, enc, cache)[:, -1]
+            lprobs = rules.next_lprobs(model, hidden, tokens, step, alive.repeat_interleave(K))
         V = lprobs.size(1)
         cand = (scores[:, :, None] + lprobs.view(n, K, V)).view(n, K * V)
         top_scores, top_idx = cand.topk(2 * K, dim=1)
@@ -315,6 +319,16 @@ def _continuations(top_scores: Tensor, top_beam: Tensor, top_tok: Tensor, ends: 
     src_rows = torch.where(dead, src_rows[:, :1], src_rows)
     new_tok = torch.where(dead, new_tok[:, :1], new_tok)
     return cont_scores, src_rows, new_tok, dead.all(1)
+
+
+def _first_step(model: Transformer, rules: "_Rules", tokens: Tensor, enc, cache: DecoderCache, alive: Tensor,
+                beams: int) -> Tensor:
+    """The first step's log-probabilities for every beam, computed once per input (``tokens``:
+    one row per input) and repeated: the beams are identical until then (as in :func:`_prefill`),
+    so the decoder and the output layer run on 1/beams of the rows."""
+    hidden = model.decode(tokens, enc, cache)[:, -1]
+    cache.expand(torch.arange(tokens.size(0), device=tokens.device).repeat_interleave(beams))
+    return rules.next_lprobs(model, hidden, tokens, 0, alive).repeat_interleave(beams, 0)
 
 
 def _prefill(model: Transformer, tokens: Tensor, enc, cache: DecoderCache, beams: int) -> None:

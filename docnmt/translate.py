@@ -19,9 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from . import fallback, methods
+from . import engines, fallback, methods
 from .attention import AttentionSettings
 from .checkpoint import WEIGHTS, load_weights
 from .config import DECODE_PRECISIONS, Config, DecodeConfig, section_class
@@ -31,6 +30,7 @@ from .errors import DataError, DocnmtError
 from .forced_context import ForcedContext
 from .methods import build_model
 from .model import Transformer
+from .progress_log import progress_bar
 from .search import NoRepeatNgram, SearchConfig, beam_search, with_processor
 from .vocab import Vocab
 
@@ -107,7 +107,9 @@ class Translator:
         if not weights.exists():
             raise DocnmtError(f"{weights}: no weights (has training saved a model yet?)")
         load_weights(model, weights)
-        return cls(model, vocab, cfg, check_device(device))
+        out = cls(model, vocab, cfg, check_device(device))
+        out.weights_path = weights          # what --engine ctranslate2 converts (its cache is keyed on it)
+        return out
 
     def banned_ids(self, sentence_targets: bool) -> list[int]:
         """Special tokens the search never generates: all but the format's own (separators in
@@ -155,7 +157,7 @@ class Translator:
         report = CoverageReport(documents=len(docs), sentences=corpus.n_sents,
                                 instances=sum(len(rows) for rows, _ in rounds))
         bad_docs: set[int] = set()     # documents with an instance whose sentences came back merged
-        bar = tqdm(total=report.instances, desc="translate", unit="inst", disable=not progress, leave=False)
+        bar = progress_bar(total=report.instances, desc="translate", unit="inst", disable=not progress, leave=False)
 
         def decode(rows, new_from, forced_from=None, outputs=outputs):
             lost = report.lost if outputs is main else set()      # a first pass loses nothing for good
@@ -185,6 +187,7 @@ class Translator:
         batches = iset.batches(search.max_tokens, with_target=False, shuffle=False, order=self.cfg.data.batch_order,
                                max_sentences=search.max_sentences)
         amp = autocast_dtype(search.precision, self.device)
+        model, run = engines.model_for(self, search), engines.search_for(self, search) or beam_search
         for idx in batches:
             batch = iset.collate(idx)
             src = batch["src"].to(self.device)
@@ -198,9 +201,9 @@ class Translator:
             # the sentences each instance translates: the output limit allows max_len_b for each
             sentences = torch.tensor([int(rows[k, 1]) - int(new_from[k]) for k in idx]).clamp(min=1)
             with torch.autocast(self.device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                hyps = beam_search(self.model, src, search, start, self.joiner.end,
-                                   banned=self.banned_ids(sentence_targets), prefix=prefix if any(prefix) else None,
-                                   inputs=inputs, sentences=sentences, **extra)
+                hyps = run(model, src, search, start, self.joiner.end,
+                           banned=self.banned_ids(sentence_targets), prefix=prefix if any(prefix) else None,
+                           inputs=inputs, sentences=sentences, **extra)
             for k, forced, nbest in zip(idx, prefix, hyps):
                 _, end, tstart = (int(x) for x in rows[k])
                 for rank, hyp in enumerate(nbest):

@@ -551,6 +551,57 @@ def test_ctranslate2_converts_the_export(family, hf_model, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_export_ct2_of_imported_models(family, hf_model, tmp_path):
+    """docnmt export-ct2 converts every imported family (Marian's sinusoids, mBART's learned
+    positions and embedding LayerNorm, NLLB's pre-LN and fairseq sinusoids, language codes, the
+    output bias, the rows not predicted yet): CTranslate2's greedy tokens are docnmt's, with the
+    language code docnmt_ct2.json records as target prefix (stopped at 12 tokens)."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from docnmt.engines.export import export_ct2
+    from docnmt.search import SearchConfig, beam_search
+    from docnmt.translate import Translator
+    _, ours = hf_model(family)
+    info = export_ct2(ours, tmp_path / "ct2", log=lambda m: None)
+    tr = Translator.load(ours)
+    v = tr.vocab
+    ct = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    tokens = json.loads((tmp_path / "ct2" / "shared_vocabulary.json").read_text())
+    ids, pre = {t: i for i, t in enumerate(tokens)}, info["target_prefix"]
+    outputs = set()
+    for s, _ in real_pairs()[300:310]:
+        src = torch.tensor([v.encode(s, "src") + [v.eos]])
+        want = beam_search(tr.model, src, SearchConfig(beam=1, max_len_a=0, max_len_b=12),
+                           tr.start_token(tr.cfg.decode), v.eos)[0][0].tokens
+        res = ct.translate_batch([[tokens[i] for i in tr.model.with_source_language(src)[0].tolist()]],
+                                 target_prefix=[pre] if pre else None, beam_size=1,
+                                 max_decoding_length=12 + len(pre), end_token=info["end_token"])[0]
+        assert [ids[t] for t in res.hypotheses[0][len(pre):]] == want
+        outputs.add(tuple(want))
+        # and the log-probabilities of that output (its </s> included) are docnmt's: the same softmax
+        with torch.no_grad():
+            logp = tr.model(src, torch.tensor([[tr.start_token(tr.cfg.decode), *want]])).log_softmax(-1)[0]
+        ref = logp.gather(1, torch.tensor([*want, v.eos])[:, None])[:, 0]
+        got = ct.score_batch([[tokens[i] for i in tr.model.with_source_language(src)[0].tolist()]],
+                             [pre + [tokens[i] for i in want]])[0].log_probs[len(pre):]
+        assert torch.allclose(torch.tensor(got), ref, atol=1e-3)
+    assert len(outputs) > 1 or family == "m2m100"      # (M2M-100's random model repeats one output)
+    # translate --engine ctranslate2 (greedy): the same sentences, with the language code handled
+    import shutil
+
+    from docnmt.config import section_class
+    shutil.copytree(ours, tmp_path / "model")                  # the engine caches its conversion beside the weights
+    tr = Translator.load(tmp_path / "model")
+    sentences = [[s] for s, _ in real_pairs()[300:320]]
+    got = {}
+    for engine in ("docnmt", "ctranslate2"):
+        search = section_class("decode")(**{**vars(tr.cfg.decode), "beam": 1, "engine": engine, "max_len_a": 0.0,
+                                            "max_len_b": 12})
+        got[engine] = [d.tgt for d in tr.translate(sentences, search)[0]]
+    assert got["ctranslate2"] == got["docnmt"]
+
+
+@pytest.mark.slow
 def test_import_refuses_what_it_cannot_reproduce(hf_model, tmp_path, cli_error, monkeypatch):
     """A multilingual model without languages, an unknown language code, and a model whose
     logits docnmt would not reproduce (here: an activation read wrongly) are one-line errors

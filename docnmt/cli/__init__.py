@@ -1,5 +1,5 @@
 """The ``docnmt`` command: prepare, train, translate, score, evaluate, compare, score-contrastive,
-entropy, probe, fba-map, average, presets, import-hf, export-hf, quickstart, serve.
+entropy, probe, fba-map, average, presets, import-hf, export-hf, export-ct2, quickstart, serve.
 
 This module parses the command line and dispatches to the verb's handler (``VERBS``); each verb
 family is a module of this package with its parser (``add_<verb>``) beside its handler
@@ -34,6 +34,7 @@ COMMANDS = {
     "presets": (models.add_presets, models.cmd_presets),
     "import-hf": (models.add_import_hf, models.cmd_import_hf),
     "export-hf": (models.add_export_hf, models.cmd_export_hf),
+    "export-ct2": (models.add_export_ct2, models.cmd_export_ct2),
     "serve": (serve.add_serve, serve.cmd_serve),
 }
 VERBS = {name: handler for name, (_, handler) in COMMANDS.items()}

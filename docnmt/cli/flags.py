@@ -103,8 +103,10 @@ DECODE_FLAGS = {
                                "(0 = off; separators do not count)", "search"),
     "--max-tokens": ("decode.max_tokens", int, "batch budget: source tokens per decoding batch", "batching"),
     "--batch-size": ("decode.max_sentences", int, "instances per decoding batch", "batching"),
-    "--precision": ("decode.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 (autocast)",
-                    "batching"),
+    "--precision": ("decode.precision", str, "auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 (autocast) | "
+                    "int8 (dynamic int8 linear layers, CPU)", "batching"),
+    "--engine": ("decode.engine", str, "docnmt | ctranslate2 (the search over each batch run by CTranslate2: "
+                 "plain Transformers; pip install docnmt[ct2])", "batching"),
     "--static-cache": ("decode.static_cache", bool, "preallocate the decoder's keys/values for the longest output "
                        "and write them in place (the same beams; for GPUs)", "batching"),
     "--compile-step": ("decode.compile_step", str, "torch.compile the step's output layer for row buckets: "

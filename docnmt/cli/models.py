@@ -108,6 +108,23 @@ def add_export_hf(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace an earlier export in DIR")
 
 
+def add_export_ct2(sub) -> None:
+    p = add_verb(sub, "export-ct2", "write a Transformer model (sentence-level, Doc2Sent or Doc2Doc) as a "
+                                    "CTranslate2 model directory (needs pip install docnmt[ct2])")
+    p.add_argument("model", help="docnmt model directory")
+    p.add_argument("out", metavar="DIR", help="CTranslate2 directory to write")
+    p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
+    p.add_argument("--quantization", help="store the weights as int8, int8_float32, float16, bfloat16, ... "
+                                          "(default: float32; CTranslate2 can also quantize when it loads)")
+    p.add_argument("--force", action="store_true", help="replace an earlier export in DIR")
+
+
+def cmd_export_ct2(args) -> int:
+    from ..engines.export import export_ct2
+    export_ct2(args.model, args.out, args.checkpoint, args.quantization, args.force, log=_stderr)
+    return 0
+
+
 def cmd_export_hf(args) -> int:
     from ..hf import export_hf
     export_hf(args.model, args.out, args.checkpoint, args.force, log=_stderr)

@@ -43,6 +43,10 @@ def add_serve(sub) -> None:
     p.add_argument("--batch-tokens", dest="batch_tokens", type=positive_int, help=argparse.SUPPRESS)  # the old name
     p.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
                    help="seconds a request body may take to arrive whole (408 and the connection closed beyond)")
+    p.add_argument("--engine", default="docnmt", choices=["docnmt", "ctranslate2"],
+                   help="who runs the search: docnmt, or CTranslate2 for plain Transformers (pip install docnmt[ct2])")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "int8"],
+                   help="decoding precision (default: the model's; int8: dynamic int8 linear layers on a CPU)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                    help="server log level on stderr")
 
@@ -67,6 +71,7 @@ def cmd_serve(args) -> int:
                         timeout=args.timeout, queue=args.queue, batch_wait=args.batch_wait_ms / 1000,
                         batch_tokens=args.batch_tokens, workers=args.workers, api_key=args.api_key,
                         body_timeout=args.body_timeout)
+    decode = {"decode.engine": args.engine, **({"decode.precision": args.precision} if args.precision else {})}
     serve(args.models, args.host, args.port, settings, args.device, args.threads, args.log_level,
-          announce=lambda m: print(m, file=sys.stderr, flush=True))
+          announce=lambda m: print(m, file=sys.stderr, flush=True), decode=decode)
     return 0

@@ -51,6 +51,7 @@ def add_translate(sub) -> None:
 
 
 def cmd_translate(args) -> int:
+    from .. import engines
     from ..limits import check_translation
     from ..readers import read_inputs
     from ..translate import Translator
@@ -67,6 +68,7 @@ def cmd_translate(args) -> int:
     if cfg.decode.fallback_model and cfg.decode.fallback != "none":      # a bad directory: an error before decoding
         from ..fallback import sentence_model
         sentence_model(translator, cfg.decode.fallback_model)
+    engines.prepare(translator, {})         # --engine / --precision int8: refused or made now, before any output
     if args.print_scores and cfg.decode.nbest > 1 and args.output_format == "marker":
         raise DocnmtError("--print-scores and --nbest: n-best lines already end in each hypothesis's score; "
                           "give one of them, or --output-format jsonl for both")
@@ -131,6 +133,8 @@ def add_score(sub) -> None:
     p.add_argument("--device", help="cpu | cuda")
     p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary on stderr")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "int8"],
+                   help="int8: the model's linear layers in dynamic int8 (CPU; close to fp32, not equal)")
 
 
 def cmd_score(args) -> int:
@@ -150,6 +154,9 @@ def cmd_score(args) -> int:
                               f"{len(b)} in {args.ref}")
         a.tgt = b
     translator = Translator.load(args.model, args.checkpoint, args.device)
+    if args.precision == "int8":
+        from ..engines.int8 import model_for
+        translator.model = model_for(translator, argparse.Namespace(precision="int8"))
     scores, words = reference_scores(translator, src, cxmi=args.cxmi, progress=not args.quiet, origin=args.ref)
     text = format_scores(src, scores, words, args.output_format)
     if args.output:

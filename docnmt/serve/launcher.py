@@ -65,21 +65,29 @@ def model_names(specs: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def load_models(specs: list[str], workers: int, device: str | None = None, checkpoint: str | None = None) -> dict:
+def load_models(specs: list[str], workers: int, device: str | None = None, checkpoint: str | None = None,
+                decode: dict | None = None) -> dict:
+    """The models of ``specs``, one translator per worker; ``decode``: decoding settings for all
+    (``--engine``, ``--precision``: docnmt.engines.prepare)."""
+    from ..engines import prepare
     from ..translate import Translator
-    return {name: Served(name, path, [Translator.load(path, checkpoint, device) for _ in range(workers)])
-            for name, path in model_names(specs)}
+    def load(path):
+        tr = Translator.load(path, checkpoint, device)
+        prepare(tr, decode)
+        return tr
+    return {name: Served(name, path, [load(path) for _ in range(workers)]) for name, path in model_names(specs)}
 
 
 def serve(models: list[str], host: str = "127.0.0.1", port: int = 8000, settings: Settings | None = None,
-          device: str | None = None, threads: int = 0, log_level: str = "info", announce=print) -> None:
+          device: str | None = None, threads: int = 0, log_level: str = "info", announce=print,
+          decode: dict | None = None) -> None:
     """Load ``models`` and serve them until interrupted (``docnmt serve``)."""
     import torch
     import uvicorn
     settings = settings or Settings()
     cores = os.cpu_count() or 1
     torch.set_num_threads(threads or max(1, cores // settings.workers))
-    service = Service(load_models(models, settings.workers, device), settings)
+    service = Service(load_models(models, settings.workers, device, decode=decode), settings)
     sock = listen(host, port)
     port = sock.getsockname()[1]
     if host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:

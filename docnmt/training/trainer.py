@@ -36,6 +36,7 @@ from ..checkpoint import WEIGHTS, crash_point, last_checkpoint, load_state, save
 from ..config import Config
 from ..data import InstanceSet
 from ..padded_vocab import label_positions
+from ..progress_log import progress_bar
 from .data import TrainingData, bucketed, forward_loss, to_device
 from .distributed import Distributed, gather_rng, restore_rng
 from .losses import LossLog, diverged, skip_on_device, train_record
@@ -187,7 +188,7 @@ class Trainer:
         self._bar_postfix: dict[str, str] = {}
         # one bar for the whole run, in updates, towards the nearest end (see run_end); a resumed
         # run starts it at the resumed update, so its rate and ETA count from there
-        with tqdm(initial=p.updates, desc=f"epoch {p.epoch}", unit="upd", disable=not self.progress_bar,
+        with progress_bar(initial=p.updates, desc=f"epoch {p.epoch}", unit="upd", disable=not self.progress_bar,
                   dynamic_ncols=True) as bar:
             started_at = p.updates
             while not self.done():

@@ -6,8 +6,8 @@ import contextlib
 import math
 
 import torch
-from tqdm.auto import tqdm
 
+from .. import progress_log
 from ..attention import AttentionProbe
 from ..config import Config
 from ..data import InstanceSet
@@ -40,7 +40,8 @@ def validate(model, valid: InstanceSet, vocab: BaseVocab, cfg: Config, device: t
     ntok = 0
     entropy = EntropyMeter() if cfg.train.attention_entropy else None
     batches = valid.batches(cfg.train.max_tokens, shuffle=False, order=cfg.data.batch_order)
-    for b in tqdm(batches, desc="valid", unit="batch", leave=False, disable=not progress_bar, dynamic_ncols=True):
+    for b in progress_log.progress_bar(batches, desc="valid", unit="batch", leave=False, disable=not progress_bar,
+                                       dynamic_ncols=True):
         batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in valid.collate(b).items()}
         with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None), \
                 (AttentionProbe() if entropy else contextlib.nullcontext()) as probe:
