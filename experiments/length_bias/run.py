@@ -78,10 +78,13 @@ def main() -> None:
         if key in rows:
             continue
         hyp, report, scores = (work / f"{args.name}.{key}.{ext}" for ext in ("fr", "coverage.json", "bleu.json"))
-        start = time.time()
-        docnmt("translate", args.model, "-i", src, "-o", hyp, "--report", report, "--force",
-               "--max-instance-tokens", budget, "--sliding" if sliding else "--no-sliding", *DECODE)
-        seconds = round(time.time() - start, 1)
+        timing = work / f"{args.name}.{key}.seconds"
+        if not (hyp.exists() and report.exists() and timing.exists()):      # a finished decode is kept
+            start = time.time()
+            docnmt("translate", args.model, "-i", src, "-o", hyp, "--report", report, "--force",
+                   "--max-instance-tokens", budget, "--sliding" if sliding else "--no-sliding", *DECODE)
+            timing.write_text(f"{time.time() - start:.1f}\n")
+        seconds = float(timing.read_text())
         scores.unlink(missing_ok=True)
         docnmt("evaluate", "--hyp", hyp, "--ref", ref, "--json", scores)
         rows[key] = {"budget": budget, "sliding": sliding, "seconds": seconds,
