@@ -1,0 +1,79 @@
+"""DOCX (Word) documents, translated with everything but their text kept: paragraphs and their
+styles, tables, headers and footers, footnotes, images, fields and every other part of the file.
+
+The document is one document to the model: every paragraph's text (``<w:p>``) in the order of the
+body (table cells where the table stands), then the headers, footers, footnotes and endnotes. A
+paragraph is split into sentences; its translation goes back into the paragraph's own text
+elements (``<w:t>``, one or more per run, links' runs included) by :mod:`.kept`'s rule: each run
+gets the share of the translation that its share of the paragraph's characters gives, cut at word
+boundaries, so a bold word in the middle of a sentence makes the middle of its translation bold.
+Runs keep their formatting; no run is added or removed.
+
+The file is rewritten member by member: only the XML parts holding text change, every other
+member (styles, images, settings) is copied byte for byte.
+"""
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+
+from ..errors import DataError
+from .kept import Layout, Pieces, Splitter, Unit
+
+W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+SPACE = "{http://www.w3.org/XML/1998/namespace}space"
+BODY = "word/document.xml"
+OTHERS = re.compile(r"word/(header|footer)\d*\.xml|word/(footnotes|endnotes)\.xml")
+
+
+def _load(data: bytes, name: str):
+    """The zip and its text parts parsed (``{member: root}``), the body first."""
+    from lxml import etree
+    try:
+        z = zipfile.ZipFile(io.BytesIO(data))
+        members = [BODY, *sorted(n for n in z.namelist() if OTHERS.fullmatch(n))]
+        parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True)
+        return z, {m: etree.fromstring(z.read(m), parser) for m in members}
+    except zipfile.BadZipFile:
+        raise DataError("not a DOCX file: not a zip archive, or a damaged one", name) from None
+    except KeyError:
+        raise DataError(f"not a DOCX file: no {BODY} in the archive", name) from None
+    except etree.XMLSyntaxError as e:
+        raise DataError(f"damaged DOCX file: bad XML ({e})", name) from None
+    except (OSError, EOFError, zipfile.LargeZipFile) as e:
+        raise DataError(f"damaged DOCX file: {e}", name) from None
+
+
+def _paragraph_texts(root) -> list[list]:
+    """Per paragraph, its own ``<w:t>`` elements (not those of a text box's paragraphs inside it)."""
+    out = []
+    for p in root.iter(W + "p"):
+        out.append([t for t in p.iter(W + "t") if next(t.iterancestors(W + "p")) is p])
+    return out
+
+
+def read(data: bytes, name: str, split: Splitter, **_) -> Layout:
+    """A DOCX file as one document of paragraphs; written back with every paragraph translated."""
+    from lxml import etree
+    z, roots = _load(data, name)
+    paragraphs = [texts for root in roots.values() for texts in _paragraph_texts(root)]
+    units = [Unit([t.text or "" for t in texts], [""] * (len(texts) - 1)) for texts in paragraphs]
+
+    def build(new: list[list[str]]) -> bytes:
+        for texts, parts in zip(paragraphs, new):
+            for t, text in zip(texts, parts):
+                if text != (t.text or ""):
+                    t.text = text
+                    if text != text.strip():
+                        t.set(SPACE, "preserve")
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as dst:
+            for info in z.infolist():
+                body = z.read(info)
+                if info.filename in roots:
+                    body = etree.tostring(roots[info.filename], xml_declaration=True, encoding="UTF-8",
+                                          standalone=True)
+                dst.writestr(info, body)
+        return out.getvalue()
+    return Layout(Pieces(units, split), build)

@@ -1,0 +1,211 @@
+"""What the formats that keep their file (subtitles, DOCX, Markdown, HTML, text paragraphs) share:
+a file's text taken apart into :class:`Unit` s, the units' text split into sentences, and each
+sentence's translation put back over the pieces of text it came from.
+
+A unit is text the reader sees as one run of prose: a paragraph (its lines, its DOCX text runs,
+its Markdown text between inline code and links) or, for subtitles, the whole file (every line of
+every cue). Its parts are the pieces of the file that hold the text; whatever lies between them
+(markup, cue timings, inline code) is never shown to the model and never changed.
+
+The rule that puts a translation back (docs/formats.md): a sentence whose source lies in several
+parts has its translation cut into as many pieces, at word boundaries (at characters where the
+translation has no spaces), each part getting the share of the translation that its share of the
+source sentence's characters gives. A part keeps its own leading and trailing whitespace; a part
+holding only whitespace is kept as it is. A translation that is the source itself gives back the
+file unchanged.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import DataError
+from .text import decode as decode  # the one place input is decoded; readers of kept formats take it here
+
+Splitter = Callable[[str], list[str]]
+
+
+@dataclass
+class Unit:
+    """Text in parts; ``joiners[k]`` is what the model sees between part k and k + 1 (" " across a
+    line break, "" between DOCX runs of one word)."""
+
+    parts: list[str]
+    joiners: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.joiners:
+            self.joiners = [" "] * (len(self.parts) - 1)
+
+
+@dataclass
+class _Sentence:
+    unit: int
+    text: str
+    parts: list[int]        # the parts it lies in
+    cuts: list[int]         # where the next part starts, in characters from the sentence's start
+
+
+def splitter(lang: str | None) -> Splitter:
+    """Sentences of a text: pysbd's rules for ``lang`` (a language code); None: one sentence a text."""
+    if lang is None:
+        return lambda text: [text]
+    try:
+        import pysbd
+        from pysbd.languages import LANGUAGE_CODES
+    except ImportError:
+        raise DataError("splitting text into sentences needs pysbd: pip install 'docnmt[formats]'") from None
+    if lang not in LANGUAGE_CODES:
+        raise DataError(f"lang {lang!r}: no sentence splitter for it; use one of {', '.join(sorted(LANGUAGE_CODES))}")
+    return pysbd.Segmenter(language=lang, clean=False).segment
+
+
+def _normalised(unit: Unit) -> tuple[str, list[tuple[int, int]]]:
+    """The unit's text with whitespace collapsed, and each part's ``[start, end)`` in it (a part
+    after whitespace starts at that space)."""
+    out: list[str] = []
+    length, pending, spans = 0, False, []
+    for k, part in enumerate(unit.parts):
+        start = length
+        for chunk in re.split(r"(\s+)", (unit.joiners[k - 1] if k else "") + part):
+            if not chunk:
+                continue
+            if chunk.isspace():
+                pending = length > 0
+            else:
+                if pending:
+                    out.append(" ")
+                    length += 1
+                    pending = False
+                out.append(chunk)
+                length += len(chunk)
+        spans.append((start, length))
+    return "".join(out), spans
+
+
+def _sentence_spans(text: str, split: Splitter) -> list[tuple[int, int]]:
+    """``[start, end)`` of each sentence of ``text`` (one for the whole text where the splitter's
+    sentences cannot be found in it again)."""
+    spans, at = [], 0
+    for s in split(text):
+        s = s.strip()
+        if not s:
+            continue
+        k = text.find(s, at)
+        if k < 0:
+            return [(0, len(text))] if text else []
+        spans.append((k, k + len(s)))
+        at = k + len(s)
+    return spans
+
+
+class Pieces:
+    """Units taken apart into sentences (``sentences``, in order: one document), and put back."""
+
+    def __init__(self, units: list[Unit], split: Splitter):
+        self.units = units
+        self._sentences: list[_Sentence] = []
+        for u, unit in enumerate(units):
+            text, parts = _normalised(unit)
+            for s, e in _sentence_spans(text, split):
+                inside = [k for k, (a, b) in enumerate(parts) if min(e, b) > max(s, a)]
+                cuts = [max(parts[k][0], s) - s for k in inside[1:]]
+                self._sentences.append(_Sentence(u, text[s:e], inside, cuts))
+
+    @property
+    def sentences(self) -> list[str]:
+        return [s.text for s in self._sentences]
+
+    def fill(self, translations: list[str]) -> list[list[str]]:
+        """Each unit's new parts, holding ``translations`` (one per sentence)."""
+        got: list[list[list[str]]] = [[[] for _ in unit.parts] for unit in self.units]
+        for sent, tgt in zip(self._sentences, translations, strict=True):
+            tgt = " ".join(tgt.split())
+            scale = len(tgt) / max(len(sent.text), 1)
+            for k, piece in zip(sent.parts, distribute(tgt, [round(c * scale) for c in sent.cuts])):
+                if piece:
+                    got[sent.unit][k].append(piece)
+        return [[_with_space(p, " ".join(new)) for p, new in zip(unit.parts, new_parts)]
+                for unit, new_parts in zip(self.units, got)]
+
+
+def _with_space(part: str, text: str) -> str:
+    """``text`` in the place of ``part``, with ``part``'s leading and trailing whitespace."""
+    if not part.strip():
+        return part
+    return part[:len(part) - len(part.lstrip())] + text + part[len(part.rstrip()):]
+
+
+def distribute(text: str, cuts: list[int]) -> list[str]:
+    """``text`` cut into ``len(cuts) + 1`` pieces, each cut moved to the nearest word boundary at or
+    after the previous cut: a space (dropped), else, three characters dearer, a place between a
+    letter or digit and another character (``link|.``) or an end of ``text``; anywhere where ``text``
+    has no space.
+    Pieces are stripped."""
+    if not cuts:
+        return [text]
+    if " " in text:
+        bounds = [(k, 0) for k, c in enumerate(text) if c == " "] + [
+            (k, 3) for k in range(1, len(text)) if " " not in text[k - 1:k + 1]
+            and text[k - 1].isalnum() != text[k].isalnum()]
+    else:
+        bounds = [(k, 0) for k in range(len(text) + 1)]
+    cost = dict(sorted({(0, 3), (len(text), 3), *bounds}, reverse=True))    # a space wins over its other cost
+    pieces, last = [], 0
+    for cut in cuts:
+        chosen = min((p for p in cost if p >= last), key=lambda p: (abs(p - cut) + cost[p], p))
+        pieces.append(text[last:chosen].strip())
+        last = chosen
+    pieces.append(text[last:].strip())
+    return pieces
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken at spaces (a longer word alone)."""
+    import textwrap
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
+
+
+@dataclass
+class Layout:
+    """A file taken apart: ``sentences`` to translate (one document, in order) and ``write``,
+    the file with their translations in place."""
+
+    pieces: Pieces
+    build: Callable[[list[list[str]]], bytes]     # each unit's new parts -> the file
+
+    @property
+    def sentences(self) -> list[str]:
+        return self.pieces.sentences
+
+    def write(self, translations: list[str]) -> bytes:
+        return self.build(self.pieces.fill(translations))
+
+
+@dataclass(frozen=True)
+class Line:
+    """A line of a text file: where its text starts and ends (before its LF or CRLF)."""
+
+    start: int
+    end: int
+    text: str
+
+
+def lines_of(text: str) -> list[Line]:
+    """The lines of ``text`` with their places in it."""
+    out, at = [], 0
+    for raw in text.split("\n"):
+        body = raw[:-1] if raw.endswith("\r") else raw
+        out.append(Line(at, at + len(body), body))
+        at += len(raw) + 1
+    return out
+
+
+def replace_spans(text: str, spans: list[tuple[int, int]], new: list[str]) -> str:
+    """``text`` with each ``[start, end)`` of ``spans`` (in order, not overlapping) replaced."""
+    out, at = [], 0
+    for (s, e), t in zip(spans, new, strict=True):
+        out += [text[at:s], t]
+        at = e
+    return "".join(out) + text[at:]
