@@ -14,6 +14,7 @@ member (styles, images, settings) is copied byte for byte.
 """
 from __future__ import annotations
 
+import copy
 import io
 import re
 import zipfile
@@ -24,7 +25,14 @@ from .kept import Layout, Pieces, Splitter, Unit
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 BODY = "word/document.xml"
-OTHERS = re.compile(r"word/(header|footer)\d*\.xml|word/(footnotes|endnotes)\.xml")
+OTHERS = re.compile(r"word/(header|footer|footnotes|endnotes)(\d*)\.xml")
+KINDS = ("header", "footer", "footnotes", "endnotes")
+
+
+def _order(member: str) -> tuple[int, int]:
+    """Headers, footers, footnotes, endnotes; each by number."""
+    m = OTHERS.fullmatch(member)
+    return KINDS.index(m.group(1)), int(m.group(2) or 0)
 
 
 def _load(data: bytes, name: str):
@@ -32,7 +40,7 @@ def _load(data: bytes, name: str):
     from lxml import etree
     try:
         z = zipfile.ZipFile(io.BytesIO(data))
-        members = [BODY, *sorted(n for n in z.namelist() if OTHERS.fullmatch(n))]
+        members = [BODY, *sorted((n for n in z.namelist() if OTHERS.fullmatch(n)), key=_order)]
         parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True)
         return z, {m: etree.fromstring(z.read(m), parser) for m in members}
     except zipfile.BadZipFile:
@@ -74,6 +82,6 @@ def read(data: bytes, name: str, split: Splitter, **_) -> Layout:
                 if info.filename in roots:
                     body = etree.tostring(roots[info.filename], xml_declaration=True, encoding="UTF-8",
                                           standalone=True)
-                dst.writestr(info, body)
+                dst.writestr(copy.copy(info), body)         # a copy: writing sets its sizes and CRC
         return out.getvalue()
     return Layout(Pieces(units, split), build)

@@ -161,12 +161,6 @@ def distribute(text: str, cuts: list[int]) -> list[str]:
     return pieces
 
 
-def wrap(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width`` characters, broken at spaces (a longer word alone)."""
-    import textwrap
-    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
-
-
 @dataclass
 class Layout:
     """A file taken apart: ``sentences`` to translate (one document, in order) and ``write``,
