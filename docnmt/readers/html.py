@@ -16,8 +16,8 @@ from html.parser import HTMLParser
 
 from .kept import Layout, Pieces, Splitter, Unit, decode, replace_spans
 
-INLINE = frozenset("a abbr b bdi bdo big br cite code data dfn em font i img ins kbd del mark q s samp small span strong sub sup "
-                   "time tt u var wbr".split())
+INLINE = frozenset("a abbr b bdi bdo big br cite code data dfn em font i img ins kbd del mark q s samp small span "
+                   "strong sub sup time tt u var wbr".split())
 VERBATIM = frozenset("script style code pre kbd samp textarea svg math".split())
 VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
 
