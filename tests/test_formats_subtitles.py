@@ -77,6 +77,8 @@ def test_a_translation_without_spaces_is_cut_between_characters():
     assert distribute("你好世界再见", [2, 4]) == ["你好", "世界", "再见"]
     assert distribute("one two three", [4]) == ["one", "two three"]
     assert distribute("see the link.", [12]) == ["see the link", "."]      # a cut before punctuation stays there
+    assert distribute("a b c", [0, 0]) == ["a", "b", "c"]              # every piece a word while there are words
+    assert distribute("a b", [0, 0, 9]) == ["a", "", "", "b"]
 
 
 @pytest.mark.parametrize("name,data,words,line", [
@@ -104,3 +106,12 @@ def test_a_broken_srt_is_one_cli_error_line(cli_error, tmp_path):
     (tmp_path / "x.en").write_text("Hello.\n")
     assert "--max-line-chars is for SRT" in cli_error("translate", tmp_path / "m", "-i", tmp_path / "x.en",
                                                       "--max-line-chars", "3")
+
+
+def test_a_long_file_is_split_in_chunks_and_every_sentence_found_once():
+    cues = "".join(f"{i}\n00:00:01,000 --> 00:00:02,000\nThis is cue number {i} and Mr. Smith\nsays hello. "
+                   f"Short one.\n\n" for i in range(1, 400))
+    layout = read_kept(cues.encode(), "long.srt", "srt")
+    assert len(layout.sentences) == 2 * 399
+    assert layout.sentences[-2] == "This is cue number 399 and Mr. Smith says hello."
+    assert layout.write(layout.sentences) == cues.encode()

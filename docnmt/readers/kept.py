@@ -16,6 +16,8 @@ file unchanged.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -84,19 +86,39 @@ def _normalised(unit: Unit) -> tuple[str, list[tuple[int, int]]]:
     return "".join(out), spans
 
 
+CHUNK = 1000
+SAFE_END = re.compile(r"[^\W\d]{3,}[.!?…][\"'”’)\]]*(?= [^\W\d])|[。！？]")   # a sentence end, seldom an abbreviation
+
+
+def _chunks(text: str) -> list[tuple[int, str]]:
+    """``text`` in pieces of about ``CHUNK`` characters or more, cut after a sentence end (the
+    splitter takes time faster than the length of what it is given)."""
+    out, at = [], 0
+    while len(text) - at > 2 * CHUNK:
+        m = SAFE_END.search(text, at + CHUNK)
+        if m is None:
+            break
+        out.append((at, text[at:m.end()]))
+        at = m.end()
+    return out + [(at, text[at:])]
+
+
 def _sentence_spans(text: str, split: Splitter) -> list[tuple[int, int]]:
-    """``[start, end)`` of each sentence of ``text`` (one for the whole text where the splitter's
-    sentences cannot be found in it again)."""
-    spans, at = [], 0
-    for s in split(text):
-        s = s.strip()
-        if not s:
-            continue
-        k = text.find(s, at)
-        if k < 0:
-            return [(0, len(text))] if text else []
-        spans.append((k, k + len(s)))
-        at = k + len(s)
+    """``[start, end)`` of each sentence of ``text`` (one for a chunk of it whose sentences the
+    splitter's cannot be found in it again)."""
+    spans = []
+    for offset, chunk in _chunks(text):
+        found, at = [], 0
+        for s in split(chunk):
+            s = s.strip()
+            k = chunk.find(s, at) if s else -2
+            if k == -1:
+                found = [(0, len(chunk))]
+                break
+            if s:
+                found.append((k, k + len(s)))
+                at = k + len(s)
+        spans += [(offset + a, offset + b) for a, b in found]
     return spans
 
 
@@ -108,8 +130,11 @@ class Pieces:
         self._sentences: list[_Sentence] = []
         for u, unit in enumerate(units):
             text, parts = _normalised(unit)
+            ends = [b for _, b in parts]
             for s, e in _sentence_spans(text, split):
-                inside = [k for k, (a, b) in enumerate(parts) if min(e, b) > max(s, a)]
+                inside = list(itertools.takewhile(lambda k: parts[k][0] < e,
+                                                  range(bisect.bisect_right(ends, s), len(parts))))
+                inside = [k for k in inside if min(e, parts[k][1]) > max(s, parts[k][0])]
                 cuts = [max(parts[k][0], s) - s for k in inside[1:]]
                 self._sentences.append(_Sentence(u, text[s:e], inside, cuts))
 
@@ -138,25 +163,28 @@ def _with_space(part: str, text: str) -> str:
 
 
 def distribute(text: str, cuts: list[int]) -> list[str]:
-    """``text`` cut into ``len(cuts) + 1`` pieces, each cut moved to the nearest word boundary at or
-    after the previous cut: a space (dropped), else, three characters dearer, a place between a
-    letter or digit and another character (``link|.``) or an end of ``text``; anywhere where ``text``
-    has no space.
-    Pieces are stripped."""
+    """``text`` cut into ``len(cuts) + 1`` pieces, each cut moved to the nearest word boundary: a
+    space (dropped), else, three characters dearer, a place between a letter or digit and another
+    character (``link|.``); anywhere where ``text`` has no space. Every piece gets a word where
+    ``text`` has enough of them; pieces are stripped."""
     if not cuts:
         return [text]
     if " " in text:
-        bounds = [(k, 0) for k, c in enumerate(text) if c == " "] + [
-            (k, 3) for k in range(1, len(text)) if " " not in text[k - 1:k + 1]
-            and text[k - 1].isalnum() != text[k].isalnum()]
+        cost = {k: 0 for k, c in enumerate(text) if c == " "}
+        cost.update({k: 3 for k in range(1, len(text)) if " " not in text[k - 1:k + 1]
+                     and text[k - 1].isalnum() != text[k].isalnum()})
     else:
-        bounds = [(k, 0) for k in range(len(text) + 1)]
-    cost = dict(sorted({(0, 3), (len(text), 3), *bounds}, reverse=True))    # a space wins over its other cost
-    pieces, last = [], 0
-    for cut in cuts:
-        chosen = min((p for p in cost if p >= last), key=lambda p: (abs(p - cut) + cost[p], p))
-        pieces.append(text[last:chosen].strip())
-        last = chosen
+        cost = {k: 0 for k in range(1, len(text))}
+    spare = len(cost) >= len(cuts)                  # else too few words: some pieces stay empty
+    if not spare:
+        cost.update({0: 3, len(text): 3})
+    inner = sorted(cost)
+    pieces, last, lo = [], 0, 0
+    for i, cut in enumerate(cuts):
+        hi = len(inner) - (len(cuts) - i) if spare else len(inner) - 1     # a boundary left for every later cut
+        j = min(range(lo, hi + 1), key=lambda j: (abs(inner[j] - cut) + cost[inner[j]], j))
+        pieces.append(text[last:inner[j]].strip())
+        last, lo = inner[j], j + 1 if spare else j
     pieces.append(text[last:].strip())
     return pieces
 
