@@ -2,6 +2,7 @@
 the output is the same format with the same structure, only its text translated (docs/formats.md)."""
 from __future__ import annotations
 
+import io
 import json
 import re
 
@@ -68,3 +69,10 @@ def test_max_line_chars_through_the_cli(run_cli, tiny_model, tmp_path):
              if x.strip() and "-->" not in x and not x.strip("\ufeff").isdigit()]
     assert lines and all(len(x) <= 10 or " " not in x for x in lines)
     assert timing_lines(out.read_bytes()) == timing_lines(SRT)
+
+
+def test_standard_input_in_a_named_format(run_cli, tiny_model, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(VTT), encoding="utf-8"))
+    status, out, err = run_cli("translate", tiny_model("sent2sent"), "--format", "vtt", "--greedy", "-q")
+    assert status == 0, err
+    assert timing_lines(out.encode()) == timing_lines(VTT) and out.startswith("WEBVTT - a talk\n\nSTYLE")
