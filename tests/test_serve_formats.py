@@ -70,5 +70,7 @@ def test_max_line_chars_and_lang_reach_the_reader(api):  # noqa: F811
     lines = [re.sub(r"<[^>]*>|\{[^}]*\}", "", x) for x in r.text.splitlines()
              if x.strip() and "-->" not in x and not x.strip("\ufeff").isdigit()]
     assert len(lines) > 6 and all(len(x) <= 12 for x in lines)
+    r = client.post("/v1/translate/file", files={"file": ("c.md", MARKDOWN)}, data={"max_line_chars": "12"})
+    assert r.status_code == 422 and "only for SRT and WebVTT" in r.json()["error"]
     r = client.post("/v1/translate/file", files={"file": ("e.txt", TEXT)}, data={"format": "text", "lang": "xx"})
     assert r.status_code == 422 and "lang 'xx': no sentence splitter" in r.json()["error"]

@@ -71,6 +71,8 @@ def read_kept(data: bytes, name: str, fmt: str, lang: str | None = "en", max_lin
     no text."""
     if max_line_chars is not None and max_line_chars < 1:
         raise DataError(f"max line chars {max_line_chars}: give a positive number")
+    if max_line_chars is not None and fmt not in ("srt", "vtt"):
+        raise DataError(f"max line chars: only for SRT and WebVTT subtitles, not {fmt}")
     layout = KEPT[fmt].read(data, name, splitter(lang), max_line_chars=max_line_chars)
     if not layout.sentences:
         raise DataError("no text to translate", name)

@@ -18,7 +18,7 @@ from .. import readers
 from ..document import Document
 from ..errors import DataError
 from ..readers.filetypes import KEPT, kept_format, read_kept
-from ..readers.kept import Layout
+from ..readers.kept import Layout, splitter
 
 UPLOAD_FORMATS = ("auto", "marker", "plain", "blankline", "xml", "sgml", "jsonl", *KEPT)
 MEDIA = {"jsonl": "application/jsonl", "xml": "application/xml", "sgml": "application/xml",
@@ -30,14 +30,7 @@ def split_text(text: str, split: str, lang: str) -> tuple[list[str], list[int]]:
     paragraphs = [p for p in re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n")) if p.strip()]
     if not paragraphs:
         raise DataError("empty document: the text has no sentences")
-    segment = None
-    if split == "sentences":
-        import pysbd
-        from pysbd.languages import LANGUAGE_CODES
-        if lang not in LANGUAGE_CODES:
-            raise DataError(f"lang {lang!r}: no sentence splitter for it; use split 'lines' or one of "
-                            f"{', '.join(sorted(LANGUAGE_CODES))}")
-        segment = pysbd.Segmenter(language=lang, clean=False).segment
+    segment = splitter(lang) if split == "sentences" else None
     sents, paras = [], []
     for k, p in enumerate(paragraphs):
         parts = segment(" ".join(p.split())) if segment else p.split("\n")
