@@ -122,3 +122,11 @@ def test_a_file_without_text_or_not_utf8_is_an_error_naming_it():
     with pytest.raises(DataError, match="invalid UTF-8") as e:
         read_kept(b"<p>caf\xe9</p>", "b.html", "html")
     assert e.value.path == "b.html" and e.value.line == 1
+
+
+def test_brackets_without_a_link_and_sentences_split_without_a_space_stay_as_they_were():
+    data = b"Read M[i, j] and x[0].\n\n1. Extract sentences from .json files:<br>\nthen go on.\n"
+    layout = read_kept(data, "a.md", "markdown")
+    assert "Read M[i, j] and x[0]." in layout.sentences           # not a link: the model sees the brackets
+    assert layout.write(layout.sentences) == data
+    assert layout.write([s.upper() for s in layout.sentences]) == data.upper().replace(b"<BR>", b"<br>")

@@ -12,6 +12,7 @@ was in. Character references are decoded for the model; a node that changes is w
 from __future__ import annotations
 
 import html
+import re
 from html.parser import HTMLParser
 
 from .kept import Layout, Pieces, Splitter, Unit, decode, replace_spans
@@ -93,7 +94,7 @@ def read(data: bytes, name: str, split: Splitter, **_) -> Layout:
     events = _Events(text)
     events.feed(text)
     events.close()
-    units, joiners = _units(events.events, len(text))
+    units, joiners = _by_line(text, *_units(events.events, len(text)))
     flat = [s for unit in units for s in unit]
     shown = [html.unescape(text[s:e]) for s, e in flat]
 
@@ -104,6 +105,20 @@ def read(data: bytes, name: str, split: Splitter, **_) -> Layout:
     pieces = Pieces([Unit([shown[k] for k in range(a, a + len(u))], j)
                      for a, u, j in zip(_offsets(units), units, joiners)], split)
     return Layout(pieces, build)
+
+
+def _by_line(text: str, units: list[list[tuple[int, int]]], joiners: list[list[str]]):
+    """Every text span cut at its line breaks (a part per line, so the lines stay where they were)."""
+    out_units, out_joiners = [], []
+    for spans, joins in zip(units, joiners):
+        parts, glue = [], []
+        for k, (s, e) in enumerate(spans):
+            lines = [(s + m.start(), s + m.end()) for m in re.finditer(r"[^\n]+", text[s:e])] or [(s, e)]
+            glue += ([joins[k - 1]] if k else []) + [" "] * (len(lines) - 1)
+            parts += lines
+        out_units.append(parts)
+        out_joiners.append(glue)
+    return out_units, out_joiners
 
 
 def _offsets(units: list[list]) -> list[int]:

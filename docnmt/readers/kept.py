@@ -47,6 +47,7 @@ class _Sentence:
     text: str
     parts: list[int]        # the parts it lies in
     cuts: list[int]         # where the next part starts, in characters from the sentence's start
+    glued: bool             # no space between it and the sentence before (``.json`` split after ".")
 
 
 def splitter(lang: str | None) -> Splitter:
@@ -136,22 +137,29 @@ class Pieces:
                                                   range(bisect.bisect_right(ends, s), len(parts))))
                 inside = [k for k in inside if min(e, parts[k][1]) > max(s, parts[k][0])]
                 cuts = [max(parts[k][0], s) - s for k in inside[1:]]
-                self._sentences.append(_Sentence(u, text[s:e], inside, cuts))
+                self._sentences.append(_Sentence(u, text[s:e], inside, cuts, 0 < s and text[s - 1] != " "))
 
     @property
     def sentences(self) -> list[str]:
         return [s.text for s in self._sentences]
 
     def fill(self, translations: list[str]) -> list[list[str]]:
-        """Each unit's new parts, holding ``translations`` (one per sentence)."""
+        """Each unit's new parts, holding ``translations`` (one per sentence; one that is its
+        source goes back exactly where it came from)."""
         got: list[list[list[str]]] = [[[] for _ in unit.parts] for unit in self.units]
         for sent, tgt in zip(self._sentences, translations, strict=True):
             tgt = " ".join(tgt.split())
-            scale = len(tgt) / max(len(sent.text), 1)
-            for k, piece in zip(sent.parts, distribute(tgt, [round(c * scale) for c in sent.cuts])):
+            if tgt == sent.text:
+                bounds = [0, *sent.cuts, len(tgt)]
+                pieces = [tgt[a:b].strip() for a, b in zip(bounds, bounds[1:])]
+            else:
+                scale = len(tgt) / max(len(sent.text), 1)
+                pieces = distribute(tgt, [round(c * scale) for c in sent.cuts])
+            for n, (k, piece) in enumerate(zip(sent.parts, pieces)):
                 if piece:
-                    got[sent.unit][k].append(piece)
-        return [[_with_space(p, " ".join(new)) for p, new in zip(unit.parts, new_parts)]
+                    joint = got[sent.unit][k] and not (n == 0 and sent.glued)
+                    got[sent.unit][k].append(" " + piece if joint else piece)
+        return [[_with_space(p, "".join(new)) for p, new in zip(unit.parts, new_parts)]
                 for unit, new_parts in zip(self.units, got)]
 
 
@@ -162,22 +170,31 @@ def _with_space(part: str, text: str) -> str:
     return part[:len(part) - len(part.lstrip())] + text + part[len(part.rstrip()):]
 
 
+def _cost(a: str, b: str) -> float | None:
+    """How dear a cut between characters ``a`` and ``b`` is: before a space 0, between a letter or
+    digit and another character 0.5 (``link|.``), between two such others 0.75 (``(|,``); None
+    inside a word or just after a space."""
+    if b == " ":
+        return 0
+    if a == " " or (a.isalnum() and b.isalnum()):
+        return None
+    return 0.5 if a.isalnum() or b.isalnum() else 0.75
+
+
 def distribute(text: str, cuts: list[int]) -> list[str]:
-    """``text`` cut into ``len(cuts) + 1`` pieces, each cut moved to the nearest word boundary: a
-    space (dropped), else, three characters dearer, a place between a letter or digit and another
-    character (``link|.``); anywhere where ``text`` has no space. Every piece gets a word where
-    ``text`` has enough of them; pieces are stripped."""
+    """``text`` cut into ``len(cuts) + 1`` pieces, each cut moved to the nearest word boundary
+    (a space, dropped; less gladly a place beside punctuation: :func:`_cost` adds to the distance);
+    anywhere where ``text`` has no space. Every piece gets something while ``text`` has enough
+    boundaries; pieces are stripped."""
     if not cuts:
         return [text]
     if " " in text:
-        cost = {k: 0 for k, c in enumerate(text) if c == " "}
-        cost.update({k: 3 for k in range(1, len(text)) if " " not in text[k - 1:k + 1]
-                     and text[k - 1].isalnum() != text[k].isalnum()})
+        cost = {k: c for k in range(1, len(text)) if (c := _cost(text[k - 1], text[k])) is not None}
     else:
         cost = {k: 0 for k in range(1, len(text))}
     spare = len(cost) >= len(cuts)                  # else too few words: some pieces stay empty
     if not spare:
-        cost.update({0: 3, len(text): 3})
+        cost.update({0: 2, len(text): 2})
     inner = sorted(cost)
     pieces, last, lo = [], 0, 0
     for i, cut in enumerate(cuts):

@@ -11,6 +11,8 @@ shown to the model (``Run `ls` to list.`` is translated as ``Run to list.``).
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 
 from ..errors import DataError
@@ -24,8 +26,8 @@ KEEP = re.compile(r"""
   | (?:https?|ftp)://[^\s<>()]+     # a bare URL
   | \\[!-/:-@\[-`{-~]               # an escaped character
   | \*+ | ~~ | (?<!\w)_+ | _+(?!\w) # emphasis markers
-  | [\[\]]                          # a link's brackets
-""", re.X)
+  | \[(?=[^\[\]]*\][(\[])              # a link's opening bracket
+""", re.X | re.S)
 FRONT = re.compile(r"\A(?:\ufeff)?---[ \t]*\r?\n(?:.*\r?\n)*?(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)")
 
 
@@ -37,18 +39,8 @@ def _parser():
     return MarkdownIt("commonmark").enable("table")
 
 
-def _runs(line: str, start: int, end: int) -> list[tuple[int, int]]:
-    """The text between the kept inline pieces of ``line[start:end]``, as ``[start, end)``."""
-    out, at = [], start
-    for m in KEEP.finditer(line, start, end):
-        if m.start() > at:
-            out.append((at, m.start()))
-        at = m.end()
-    return out + ([(at, end)] if end > at else [])
-
-
-def _unit_spans(token, lines, cursor: dict) -> list[list[tuple[int, int]]]:
-    """Per line of an inline token's content, the spans (in the file) of its text runs."""
+def _located(token, lines, cursor: dict) -> list[tuple[int, int]]:
+    """Where each line of an inline token's content lies in the file (``[start, end)``)."""
     out = []
     for k, content in enumerate(token.content.split("\n")):
         no = token.map[0] + k
@@ -57,11 +49,29 @@ def _unit_spans(token, lines, cursor: dict) -> list[list[tuple[int, int]]]:
             continue
         line = lines[no]
         at = line.text.find(content, cursor.get(no, 0))
-        if at < 0:
-            continue
-        cursor[no] = at + len(content)
-        out.append([(line.start + s, line.start + e) for s, e in _runs(line.text, at, at + len(content))])
+        if at >= 0:
+            cursor[no] = at + len(content)
+            out.append((line.start + at, line.start + at + len(content)))
     return out
+
+
+def _runs(text: str, located: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[str]]:
+    """The text runs (``[start, end)`` in the file) of a block's lines between the kept inline
+    pieces, which may run over a line break (a code span), and the joiners between the runs."""
+    shown = "\n".join(text[s:e] for s, e in located)
+    starts = list(itertools.accumulate((e - s + 1 for s, e in located[:-1]), initial=0))
+    runs, gaps, at = [], [], 0
+    for m in [*KEEP.finditer(shown), None]:
+        end = len(shown) if m is None else m.start()
+        for p in re.finditer(r"[^\n]+", shown[at:end]):
+            gaps.append(shown[runs[-1][1]:at + p.start()] if runs else "")
+            runs.append((at + p.start(), at + p.end()))
+        at = end if m is None else m.end()
+    spans = []
+    for s, e in runs:
+        line = bisect.bisect_right(starts, s) - 1
+        spans.append((located[line][0] + s - starts[line], located[line][0] + e - starts[line]))
+    return spans, [" " if "\n" in g else "" for g in gaps[1:]]
 
 
 def read(data: bytes, name: str, split: Splitter, **_) -> Layout:
@@ -74,13 +84,11 @@ def read(data: bytes, name: str, split: Splitter, **_) -> Layout:
     for token in _parser().parse(shown):
         if token.type != "inline" or not token.map:
             continue
-        per_line = _unit_spans(token, lines, cursor)
-        flat = [s for line in per_line for s in line]
-        if not flat:
-            continue
-        joiners = [" " if k and j == 0 else "" for k, line in enumerate(per_line) for j, _ in enumerate(line)][1:]
-        spans += flat
-        units.append(Unit([text[s:e] for s, e in flat], joiners))
+        located = _located(token, lines, cursor)
+        runs, joiners = _runs(text, located) if located else ([], [])
+        if runs:
+            spans += runs
+            units.append(Unit([text[s:e] for s, e in runs], joiners))
 
     def build(new: list[list[str]]) -> bytes:
         return replace_spans(text, spans, [t for unit in new for t in unit]).encode("utf-8")
