@@ -11,8 +11,9 @@ The rule that puts a translation back (docs/formats.md): a sentence whose source
 parts has its translation cut into as many pieces, at word boundaries (at characters where the
 translation has no spaces), each part getting the share of the translation that its share of the
 source sentence's characters gives. A part keeps its own leading and trailing whitespace; a part
-holding only whitespace is kept as it is. A translation that is the source itself gives back the
-file unchanged.
+holding only whitespace is kept as it is. A sentence translated as itself goes back exactly where
+it was, so a translation that is the source gives back the file (whitespace runs inside a line
+collapsed).
 """
 from __future__ import annotations
 
