@@ -39,6 +39,9 @@ def sample() -> bytes:
     p = d.add_paragraph("one two ")
     p.add_run("three").bold = True
     p.add_run(" four. Five six.").italic = True
+    p = d.add_paragraph("Name:")
+    p.add_run().add_tab()
+    p.add_run("Ada")
     p = d.add_paragraph("Read ", style="Quote")
     add_link(p, "the manual", "https://example.com/manual")
     p.add_run(" first.")
@@ -65,8 +68,9 @@ def paragraphs(data: bytes) -> list[tuple]:
 def test_the_source_as_translation_keeps_styles_tables_headers_and_every_other_member():
     data = sample()
     layout = read_kept(data, "a.docx", kept_format("a.docx", data))
-    assert layout.sentences == ["A short title", "one two three four.", "Five six.", "Read the manual first.",
-                                *[f"Cell number {k}." for k in range(4)], "The header says hello.", "Page footer."]
+    assert layout.sentences == ["A short title", "one two three four.", "Five six.", "Name: Ada",  # a tab: a space
+                                "Read the manual first.", *[f"Cell number {k}." for k in range(4)],
+                                "The header says hello.", "Page footer."]
     for translate in (lambda s: s, str.upper):
         out = layout.write([translate(s) for s in layout.sentences])
         assert paragraphs(out) == [(w, st, [(translate(t), b, i) for t, b, i in runs], translate(text))
@@ -87,8 +91,8 @@ def test_a_paragraph_translation_is_cut_over_its_runs_by_their_share_of_the_char
     tgt["Read the manual first."] = "Lee primero el manual."       # "Read " | link "the manual" | " first."
     out = paragraphs(layout.write([tgt[s] for s in layout.sentences]))
     assert out[1][2] == [("uno dos ", None, None), ("tres", True, None), (" cuatro. Cinco seis.", None, True)]
-    assert out[2][3] == "Lee primero el manual."
-    link = docx.Document(io.BytesIO(layout.write([tgt[s] for s in layout.sentences]))).paragraphs[2]
+    assert out[3][3] == "Lee primero el manual."
+    link = docx.Document(io.BytesIO(layout.write([tgt[s] for s in layout.sentences]))).paragraphs[3]
     assert [r.text for r in link.iter_inner_content()][0] == "Lee "          # the link got "primero el"
     assert link.hyperlinks[0].text == "primero el" and link.hyperlinks[0].url == "https://example.com/manual"
 

@@ -37,7 +37,10 @@ def _order(member: str) -> tuple[int, int]:
 
 def _load(data: bytes, name: str):
     """The zip and its text parts parsed (``{member: root}``), the body first."""
-    from lxml import etree
+    try:
+        from lxml import etree
+    except ImportError:
+        raise DataError("reading DOCX needs lxml: pip install 'docnmt[formats]'") from None
     try:
         z = zipfile.ZipFile(io.BytesIO(data))
         members = [BODY, *sorted((n for n in z.namelist() if OTHERS.fullmatch(n)), key=_order)]
@@ -53,11 +56,22 @@ def _load(data: bytes, name: str):
         raise DataError(f"damaged DOCX file: {e}", name) from None
 
 
-def _paragraph_texts(root) -> list[list]:
-    """Per paragraph, its own ``<w:t>`` elements (not those of a text box's paragraphs inside it)."""
+def _paragraph_texts(root) -> list[tuple[list, list[str]]]:
+    """Per paragraph, its own ``<w:t>`` elements (not those of a text box's paragraphs inside it)
+    and the joiners between them: a space where a tab or a line break lies between, else none."""
     out = []
     for p in root.iter(W + "p"):
-        out.append([t for t in p.iter(W + "t") if next(t.iterancestors(W + "p")) is p])
+        texts, joiners, gap = [], [], ""
+        for el in p.iter(W + "t", W + "tab", W + "br", W + "cr"):
+            if next(el.iterancestors(W + "p")) is not p:
+                continue
+            if el.tag != W + "t":
+                gap = " "
+            else:
+                joiners += [gap] if texts else []
+                texts.append(el)
+                gap = ""
+        out.append((texts, joiners))
     return out
 
 
@@ -65,8 +79,9 @@ def read(data: bytes, name: str, split: Splitter, **_) -> Layout:
     """A DOCX file as one document of paragraphs; written back with every paragraph translated."""
     from lxml import etree
     z, roots = _load(data, name)
-    paragraphs = [texts for root in roots.values() for texts in _paragraph_texts(root)]
-    units = [Unit([t.text or "" for t in texts], [""] * (len(texts) - 1)) for texts in paragraphs]
+    found = [p for root in roots.values() for p in _paragraph_texts(root)]
+    paragraphs = [texts for texts, _ in found]
+    units = [Unit([t.text or "" for t in texts], joiners) for texts, joiners in found]
 
     def build(new: list[list[str]]) -> bytes:
         for texts, parts in zip(paragraphs, new):
