@@ -18,6 +18,7 @@ import copy
 import io
 import re
 import zipfile
+import zlib
 
 from ..errors import DataError
 from .kept import Layout, Pieces, Splitter, Unit
@@ -27,6 +28,7 @@ SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 BODY = "word/document.xml"
 OTHERS = re.compile(r"word/(header|footer|footnotes|endnotes)(\d*)\.xml")
 KINDS = ("header", "footer", "footnotes", "endnotes")
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")    # characters XML cannot hold
 
 
 def _order(member: str) -> tuple[int, int]:
@@ -43,16 +45,17 @@ def _load(data: bytes, name: str):
         raise DataError("reading DOCX needs lxml: pip install 'docnmt[formats]'") from None
     try:
         z = zipfile.ZipFile(io.BytesIO(data))
-        members = [BODY, *sorted((n for n in z.namelist() if OTHERS.fullmatch(n)), key=_order)]
+        members = {info.filename: (info, z.read(info)) for info in z.infolist()}    # every member checked
+        texts = [BODY, *sorted((n for n in members if OTHERS.fullmatch(n)), key=_order)]
         parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=True)
-        return z, {m: etree.fromstring(z.read(m), parser) for m in members}
+        return members, {m: etree.fromstring(members[m][1], parser) for m in texts}
     except zipfile.BadZipFile:
         raise DataError("not a DOCX file: not a zip archive, or a damaged one", name) from None
     except KeyError:
         raise DataError(f"not a DOCX file: no {BODY} in the archive", name) from None
     except etree.XMLSyntaxError as e:
         raise DataError(f"damaged DOCX file: bad XML ({e})", name) from None
-    except (OSError, EOFError, zipfile.LargeZipFile) as e:
+    except (OSError, EOFError, ValueError, RuntimeError, NotImplementedError, zlib.error) as e:
         raise DataError(f"damaged DOCX file: {e}", name) from None
 
 
@@ -78,7 +81,7 @@ def _paragraph_texts(root) -> list[tuple[list, list[str]]]:
 def read(data: bytes, name: str, split: Splitter, **_) -> Layout:
     """A DOCX file as one document of paragraphs; written back with every paragraph translated."""
     from lxml import etree
-    z, roots = _load(data, name)
+    members, roots = _load(data, name)
     found = [p for root in roots.values() for p in _paragraph_texts(root)]
     paragraphs = [texts for texts, _ in found]
     units = [Unit([t.text or "" for t in texts], joiners) for texts, joiners in found]
@@ -87,13 +90,12 @@ def read(data: bytes, name: str, split: Splitter, **_) -> Layout:
         for texts, parts in zip(paragraphs, new):
             for t, text in zip(texts, parts):
                 if text != (t.text or ""):
-                    t.text = text
+                    t.text = text = NOT_XML.sub("", text)
                     if text != text.strip():
                         t.set(SPACE, "preserve")
         out = io.BytesIO()
         with zipfile.ZipFile(out, "w") as dst:
-            for info in z.infolist():
-                body = z.read(info)
+            for info, body in members.values():
                 if info.filename in roots:
                     body = etree.tostring(roots[info.filename], xml_declaration=True, encoding="UTF-8",
                                           standalone=True)
