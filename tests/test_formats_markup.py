@@ -130,3 +130,9 @@ def test_brackets_without_a_link_and_sentences_split_without_a_space_stay_as_the
     assert "Read M[i, j] and x[0]." in layout.sentences           # not a link: the model sees the brackets
     assert layout.write(layout.sentences) == data
     assert layout.write([s.upper() for s in layout.sentences]) == data.upper().replace(b"<BR>", b"<br>")
+
+
+def test_a_splitter_that_changes_the_text_falls_back_to_ends_of_sentences():
+    from docnmt.readers.kept import Pieces, Unit
+    changed = Pieces([Unit(["Hello there. How are", "you? Fine! ok"])], lambda text: ["Hello there.", "H0w are"])
+    assert changed.sentences == ["Hello there.", "How are you?", "Fine!", "ok"]

@@ -105,22 +105,25 @@ def _chunks(text: str) -> list[tuple[int, str]]:
     return out + [(at, text[at:])]
 
 
+SIMPLE_END = re.compile(r".+?(?:[.!?…。！？]+[\"'”’)\]]*(?= |$)|$)")
+
+
 def _sentence_spans(text: str, split: Splitter) -> list[tuple[int, int]]:
-    """``[start, end)`` of each sentence of ``text`` (one for a chunk of it whose sentences the
-    splitter's cannot be found in it again)."""
+    """``[start, end)`` of each sentence of ``text``; where the splitter gives a sentence that is
+    not in the text as it was, the rest of the chunk is split after every ``.!?``."""
     spans = []
     for offset, chunk in _chunks(text):
-        found, at = [], 0
+        at = 0
         for s in split(chunk):
             s = s.strip()
-            k = chunk.find(s, at) if s else -2
-            if k == -1:
-                found = [(0, len(chunk))]
+            k = chunk.find(s, at) if s else at
+            if k < 0:
+                spans += [(offset + m.start() + len(m.group()) - len(m.group().lstrip()), offset + m.end())
+                          for m in SIMPLE_END.finditer(chunk, at) if m.group().strip()]
                 break
             if s:
-                found.append((k, k + len(s)))
+                spans.append((offset + k, offset + k + len(s)))
                 at = k + len(s)
-        spans += [(offset + a, offset + b) for a, b in found]
     return spans
 
 
