@@ -1,10 +1,13 @@
 """Documents in and out of ``docnmt serve``: text split into sentences and joined back, and uploaded
-files in the formats ``prepare`` reads, written back in the same format.
+files in the formats ``prepare`` reads, written back in the same format, and in the formats kept
+whole (SRT, WebVTT, DOCX, Markdown, HTML, text: :mod:`docnmt.readers.filetypes`), read from the
+uploaded bytes and written back as bytes.
 
-Every upload format is handled here and only here: a new one is a name in ``UPLOAD_FORMATS`` (and
-its media type in ``MEDIA``), its reading in :func:`read_upload` and its writing in
-:func:`write_back`. Nothing a request names is ever opened as a path: an upload is written only into
-a fresh temporary directory under a sanitised name and removed after reading.
+Every upload format of ``prepare`` is handled here and only here: a new one is a name in
+``UPLOAD_FORMATS`` (and its media type in ``MEDIA``), its reading in :func:`read_upload` and its
+writing in :func:`write_back`; a format kept whole comes with its table line. Nothing a request
+names is ever opened as a path: an upload is written only into a fresh temporary directory under a
+sanitised name and removed after reading (a kept format is read from memory).
 """
 from __future__ import annotations
 
