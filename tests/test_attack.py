@@ -454,7 +454,7 @@ BAD_DECODING = [
     (["--nbest", "9", "--beam", "2"], "--nbest (9) cannot exceed --beam (2)"),
     (["--precision", "fp64"], "--precision must be"),
     (["--device", "tpu"], "unknown device"),
-    (["--format", "docx"], "unknown input format"),
+    (["--format", "pdf"], "unknown input format"),
 ]
 for _flags, _words in BAD_DECODING:
     case("translate", "flag" + "".join(_flags))(
@@ -522,6 +522,18 @@ def _(a):
 def _(a):
     inp = a.write("in.xml", '<srcset>\n<doc docid="a">\n<seg id="1">Hello .</seg>\n<seg id="2">Bye')
     return translate_argv(a.model(), inp), [f"{inp}:4", "not closed"]
+
+
+@case("translate", "input-corrupt-docx")
+def _(a):
+    inp = a.write("in.docx", b"PK\x03\x04" + b"\0" * 40)
+    return translate_argv(a.model(), inp), [str(inp), "not a DOCX file"]
+
+
+@case("translate", "input-srt-with-a-broken-timing-line")
+def _(a):
+    inp = a.write("in.srt", "1\n00:00:01,000 --> 00:00:02,000\nHello .\n\n2\n00:00:03,000 -> 4\nBye .\n")
+    return translate_argv(a.model(), inp), [f"{inp}:6", "broken cue"]
 
 
 @case("translate", "input-missing")

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..errors import DocnmtError
 from .files import model_files, refuse_inputs, refuse_overwrite, refuse_unwritable
 from .flags import DECODE_ALIASES, FORMAT_HELP, Alias, add_flags, add_verb, collect_overrides, decode_flags, flag_labels
+from .kept import KEPT_HELP, add_kept_flags, read_kept_input, translate_kept
 
 
 def add_translate(sub) -> None:
@@ -20,12 +21,13 @@ def add_translate(sub) -> None:
     p.add_argument("model", help="model directory")
     g = groups["input and output"]
     g.add_argument("--input", "--src", "-i", nargs="*", metavar="FILE", help="source file(s) (default: stdin)")
-    g.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP)
+    g.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP + KEPT_HELP)
     g.add_argument("--output", "-o", help="output file (default: stdout); never overwritten without --force")
     g.add_argument("--output-format", default="marker", choices=["marker", "jsonl"],
                    help="marker: one line per source sentence with <d> lines between documents; jsonl: one "
                         "object per document (sentences, n-best lists, scores)")
     g.add_argument("--force", action="store_true", help="overwrite --output and --report if they exist")
+    add_kept_flags(g)
     g.add_argument("--report", metavar="FILE",
                    help="also write the coverage report (documents fully recovered, empty and merged sentences) "
                         "here as JSON; never overwritten without --force")
@@ -63,6 +65,7 @@ def cmd_translate(args) -> int:
                                                *filter(None, [args.context_src, args.context_tgt])])
     refuse_overwrite([args.output, args.report], args.force)
     refuse_unwritable([args.output, args.report])
+    kept = read_kept_input(args, inputs)      # SRT, WebVTT, DOCX, Markdown, HTML, text: written back whole
     translator = Translator.load(args.model, args.checkpoint, args.device)
     translator.cfg = cfg = decoding_config(args, translator.cfg)
     if cfg.decode.fallback_model and cfg.decode.fallback != "none":      # a bad directory: an error before decoding
@@ -75,7 +78,12 @@ def cmd_translate(args) -> int:
     streamable = args.format in ("auto", "marker", "blankline", "plain")
     report = None
     context = read_context(args.context_src, args.context_tgt)
-    if inputs == ["-"] and args.output_format == "marker" and cfg.decode.nbest == 1 and streamable and not context:
+    if kept and context:
+        raise DocnmtError("--context-src/--context-tgt work with plain or <d>-marker input, not a kept format "
+                          "(SRT, WebVTT, DOCX, Markdown, HTML, text)")
+    report = translate_kept(translator, cfg, kept, args) if kept else None
+    if not kept and inputs == ["-"] and args.output_format == "marker" and cfg.decode.nbest == 1 and streamable \
+            and not context:
         report = translate_stream(translator, cfg, args.output, args.print_scores)
     if report is None:           # not streamed, or the input turned out to be JSON or XML
         docs = read_inputs(inputs, args.format)

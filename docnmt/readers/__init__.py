@@ -26,6 +26,11 @@ Formats read (every file UTF-8, decoded strictly; a leading BOM is dropped; LF o
 
 A document read without its own ``<d>`` line has ``meta["unmarked"]``.
 
+Files that come back whole, only their text translated (docs/formats.md), are not documents of
+this table but :class:`~.kept.Layout` s: SRT and WebVTT (:mod:`.subtitles`), DOCX (:mod:`.docx`),
+Markdown (:mod:`.markdown`), HTML (:mod:`.html`) and text in paragraphs (:mod:`.paragraphs`),
+with their own table and detection in :mod:`.filetypes` (DOCX is bytes, not UTF-8 text).
+
 Line-based formats strip whitespace around each sentence. :func:`write_marker` and
 :func:`write_jsonl` are the inverses of the matching readers. Every problem with the input
 raises :class:`docnmt.errors.DataError` naming the file and, when known, the 1-based line.

@@ -48,12 +48,17 @@ def read_text(path: str | os.PathLike) -> Text:
         raise DataError("no such file", name) from None
     except OSError as e:
         raise DataError(f"cannot read file: {e.strerror or e}", name) from None
+    text = decode(data, name)
+    return Text(name, text[1:] if text.startswith("\ufeff") else text)
+
+
+def decode(data: bytes, name: str) -> str:
+    """``data`` as strict UTF-8 (a leading BOM kept); an error naming ``name`` and the line."""
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise DataError(f"invalid UTF-8 (byte 0x{data[e.start]:02x})", name, line) from None
-    return Text(name, text[1:] if text.startswith("\ufeff") else text)
 
 
 def load(path) -> Text | None:

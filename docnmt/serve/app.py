@@ -28,6 +28,7 @@ from ..document import Document
 from ..errors import DataError, DocnmtError
 from .files import (
     UPLOAD_FORMATS,
+    file_fields,
     join_text,
     media_type,
     read_upload,
@@ -322,7 +323,8 @@ async def translate_json(service: Service, request: Request) -> JSONResponse:
 def add_file_route(app: FastAPI, service: Service, authorised) -> None:
     """``POST /v1/translate/file``: a file translated into the same format (or sentence-aligned JSON)."""
 
-    @app.post("/v1/translate/file", summary="translate a file (marker, plain, XML/SGML, JSONL) into the same format",
+    @app.post("/v1/translate/file", summary="translate a file (marker, plain, XML/SGML, JSONL, SRT, WebVTT, "
+                                                    "DOCX, Markdown, HTML, text) into the same format",
               dependencies=[Security(authorised)])
     async def translate_file(request: Request, file: UploadFile = File(..., description="the documents to translate"),
                              model: str | None = Form(None),
@@ -330,13 +332,17 @@ def add_file_route(app: FastAPI, service: Service, authorised) -> None:
                              options: str = Form("{}", description="decoding options as JSON (see /v1/translate)"),
                              response: Literal["file", "json"] = Form(
                                  "file", description="file: the translated file; json: sentence-aligned JSON "
-                                                     "with the file in `file`")):
-        return await answer(service.metrics, "file",
-                            lambda: translate_upload(service, request, file, model, format, options, response))
+                                                     "with the file in `file`"),
+                             lang: str = Form("en", description="SRT, WebVTT, DOCX, Markdown, HTML, text: the "
+                                                                "language whose rules split sentences"),
+                             max_line_chars: int | None = Form(None, description="SRT, WebVTT: wrap cue lines")):
+        return await answer(service.metrics, "file", lambda: translate_upload(
+            service, request, file, model, format, options, response, lang, max_line_chars))
 
 
 async def translate_upload(service: Service, request: Request, file: UploadFile, model: str | None, fmt: str,
-                           options: str, response: str) -> Response:
+                           options: str, response: str, lang: str = "en",
+                           max_line_chars: int | None = None) -> Response:
     """The answer of ``POST /v1/translate/file``: the translated file, or JSON holding it."""
     try:
         opts = Options.model_validate_json(options)
@@ -345,13 +351,13 @@ async def translate_upload(service: Service, request: Request, file: UploadFile,
     served = service.model(model)
     name = safe_name(file.filename)
     data = await file.read()
-    docs, fmt, original = await asyncio.to_thread(read_upload, data, name, fmt)
+    docs, fmt, original = await asyncio.to_thread(read_upload, data, name, fmt, lang, max_line_chars)
     out, extra = await service.translate(served, docs, opts, lambda: client_gone(request))
     text = await asyncio.to_thread(write_back, out, fmt, original)
     out_name = translated_name(name)
     cov = coverage(out)
     if response == "json":
-        return JSONResponse({"model": served.name, "format": fmt, "filename": out_name, "file": text,
+        return JSONResponse({"model": served.name, "format": fmt, "filename": out_name, **file_fields(text, fmt),
                              "documents": [{"id": d.docid, "sentences": sentence_rows(d)} for d in out],
                              "coverage": cov, **extra})
     return Response(text, media_type=media_type(fmt),

@@ -91,9 +91,15 @@ async function translate() {
       data.append("model", $("model").value);
       data.append("options", JSON.stringify(options()));
       data.append("response", "json");
+      data.append("lang", $("lang").value || "en");
+      // a .txt file with "found by a sentence splitter": paragraphs split into sentences, written back whole
+      if (/\.txt$/i.test(chosenFile.name) && $("split").value === "sentences") data.append("format", "text");
       result = await call("/v1/translate/file", { method: "POST", body: data });
-      download = { name: result.filename, text: result.file,
-                   type: ["xml", "sgml"].includes(result.format) ? "application/xml" : "text/plain" };
+      download = { name: result.filename, text: result.file, type: result.media_type || "text/plain",
+                   binary: result.encoding === "base64" };
+      if (download.binary) {       // Copy gives the translated sentences, Download the file
+        download.copy = result.documents.flatMap((d) => d.sentences.map((r) => r.translation)).join("\n") + "\n";
+      }
     } else {
       if (!source.value.trim()) throw new Error("Paste a document first, or choose a file.");
       result = await call("/v1/translate", {
@@ -228,10 +234,10 @@ function joinText(rows, split) {      // as the server's join_text: paragraphs a
 async function copyTranslation() {
   if (!download) return;
   try {
-    await navigator.clipboard.writeText(download.text);
+    await navigator.clipboard.writeText(download.copy ?? download.text);
   } catch {              // no clipboard permission (plain http, headless): copy through a selection
     const area = document.createElement("textarea");
-    area.value = download.text;
+    area.value = download.copy ?? download.text;
     document.body.appendChild(area);
     area.select();
     document.execCommand("copy");
@@ -242,7 +248,8 @@ async function copyTranslation() {
 
 function saveTranslation() {
   if (!download) return;
-  const url = URL.createObjectURL(new Blob([download.text], { type: download.type }));
+  const body = download.binary ? Uint8Array.from(atob(download.text), (c) => c.charCodeAt(0)) : download.text;
+  const url = URL.createObjectURL(new Blob([body], { type: download.type }));
   const a = document.createElement("a");
   a.href = url;
   a.download = download.name;

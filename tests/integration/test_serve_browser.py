@@ -1,6 +1,7 @@
 """The web page of ``docnmt serve`` in a real headless Chromium (Debian's ``chromium`` and
 ``chromium-driver``, driven by Selenium): paste a document, translate it from the keyboard, read
-it side by side, download it; then the same with a file. Skipped where no browser is installed.
+it side by side, download it; then the same with a file, and with a file of each format kept whole.
+Skipped where no browser is installed.
 
 ``DOCNMT_SCREENSHOT=docs/img/serve.png`` keeps the screenshot there (``DOCNMT_SCREENSHOT_MODEL=DIR``
 serves another model than the tiny one, as for the picture in docs/serving.md).
@@ -21,8 +22,11 @@ pytest.importorskip("fastapi")
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
+from test_formats_docx import sample  # noqa: E402
+from test_formats_markup import HTML, MARKDOWN, TEXT  # noqa: E402
+from test_formats_subtitles import SRT, VTT  # noqa: E402
 from test_serve import start_server, stop_server  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -61,11 +65,11 @@ def wait_for(driver, condition, seconds: float = 120):
     return WebDriverWait(driver, seconds, poll_frequency=0.1).until(lambda d: condition(d))
 
 
-def downloaded(folder: Path, name: str, seconds: float = 20) -> str:
+def downloaded(folder: Path, name: str, seconds: float = 20, binary: bool = False) -> str | bytes:
     deadline = time.time() + seconds
     while time.time() < deadline:
         if (folder / name).exists() and not list(folder.glob("*.crdownload")):
-            return (folder / name).read_text(encoding="utf-8")
+            return (folder / name).read_bytes() if binary else (folder / name).read_text(encoding="utf-8")
         time.sleep(0.1)
     raise AssertionError(f"{name} was not downloaded; the folder holds {sorted(p.name for p in folder.iterdir())}")
 
@@ -124,6 +128,32 @@ def test_a_dropped_or_chosen_file_comes_back_in_its_format(page_server, browser,
                       timeout=120).text
     driver.find_element(By.ID, "download").click()
     assert downloaded(driver.downloads, "chat.translated.en") == want
+
+
+KEPT = [("talk.srt", SRT, {}), ("talk.vtt", VTT, {}), ("report.docx", sample(), {}), ("notes.md", MARKDOWN, {}),
+        ("page.html", HTML, {}), ("story.txt", TEXT, {"format": "text"})]
+
+
+@pytest.mark.parametrize("name,data,form", KEPT, ids=[k[0] for k in KEPT])
+def test_subtitles_word_markdown_html_and_text_come_back_as_files_of_their_kind(page_server, browser, tmp_path,
+                                                                                   name, data, form):
+    """A file kept whole (docs/formats.md) downloads as the service writes it, DOCX as bytes; a
+    .txt file with "found by a sentence splitter" as paragraphs of sentences."""
+    driver = browser
+    src = tmp_path / name
+    src.write_bytes(data)
+    driver.get(page_server)
+    wait_for(driver, lambda d: "ready" in d.find_element(By.ID, "status").text)
+    if form:
+        Select(driver.find_element(By.ID, "split")).select_by_value("sentences")
+    driver.find_element(By.ID, "file").send_keys(str(src))
+    driver.find_element(By.ID, "translate").click()
+    wait_for(driver, lambda d: "Translated" in d.find_element(By.ID, "status").text)
+    want = httpx.post(page_server + "/v1/translate/file", files={"file": (name, data)}, data=form, timeout=120)
+    assert want.status_code == 200 and want.content != data
+    driver.find_element(By.ID, "download").click()
+    stem, ext = name.split(".")
+    assert downloaded(driver.downloads, f"{stem}.translated.{ext}", binary=True) == want.content
 
 
 def test_with_an_api_key_typing_it_and_pressing_translate_is_enough(tiny_model, browser, tmp_path):
