@@ -122,9 +122,15 @@ def _check_out_dir(out: Path, force: bool) -> None:
     directory (one holding compare.json, or the marker of a compare that stopped early) without force."""
     if out.exists() and not out.is_dir():
         raise DocnmtError(f"--out {out} is a file, not a directory")
-    if out.exists() and any(out.iterdir()) and not force and not (out / "compare.json").exists() \
-            and not (out / MARKER).exists():
+    if not out.exists() or not any(out.iterdir()) or (out / "compare.json").exists() or (out / MARKER).exists():
+        return
+    if not force:
         raise DocnmtError(f"{out} exists and is not a compare directory; pass --force or choose another --out")
+    # --force writes into the user's directory, but never over a file of theirs
+    taken = [n for n in ("hyps", "compare.md", "compare.csv", "dbleu_by_length.png") if (out / n).exists()]
+    if taken:
+        raise DocnmtError(f"{out} is not a compare directory and already holds {', '.join(taken)}, which compare "
+                          "would replace; choose another --out")
 
 
 def _inputs(runs: list[str], src: str, ref: str, fmt: str, baseline: str | None) -> tuple:

@@ -381,6 +381,10 @@ def test_a_compare_stopped_by_bad_input_does_not_block_the_corrected_command(tmp
     (mine / "hyps").mkdir(parents=True)
     message = cli_error("compare", f["hyp.de"], "--ref", f["ref.de"], "--out", mine, *argv)
     assert "not a compare directory" in message and list(mine.iterdir()) == [mine / "hyps"]
+    (mine / "hyps" / "a.txt").write_text("mine\n")         # --force adds to it, never over a file of the user's
+    message = cli_error("compare", f["hyp.de"], "--ref", f["ref.de"], "--out", mine, "--force", *argv)
+    assert "already holds hyps" in message and (mine / "hyps" / "a.txt").read_text() == "mine\n"
+    assert list(mine.iterdir()) == [mine / "hyps"]
     status, _, err = run_cli("compare", f["hyp.de"], f"b={f['hyp.de']}", "--ref", f["ref.de"], "--out", out, *argv)
     assert status == 0, err
     (out / "compare.json").unlink()                        # as if it had stopped before the end
