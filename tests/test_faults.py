@@ -284,3 +284,65 @@ def test_a_signal_saves_a_checkpoint_and_stops_and_the_same_command_resumes(data
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"resuming from {stopped_at}" in again.stderr
     assert_same_run(save, signal_reference, besides=stopped_at.name)
+
+
+# ---- a process of a torchrun run that dies or hangs -----------------------------------------------------
+
+TORCHRUN_UPDATES = 12
+
+
+def torchrun_argv(data: Path, save: Path, port: int) -> list[str]:
+    """Two CPU processes (gloo), a checkpoint every 2 updates, a loss logged every update."""
+    argv = train_argv(data, save, TORCHRUN_UPDATES)
+    argv[argv.index("--log-interval") + 1] = "1"
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
+            "-m", "docnmt.cli", *argv, "--device", "cpu", "--set", "train.max_tokens=300"]
+
+
+def rank_pid(launcher: int, rank: int) -> int:
+    """The pid of torchrun's worker of ``rank``."""
+    children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
+    return next(int(c) for c in children if f"RANK={rank}\0".encode() in Path(f"/proc/{c}/environ").read_bytes())
+
+
+@pytest.fixture(scope="module")
+def torchrun_reference(data, tmp_path_factory) -> Path:
+    save = tmp_path_factory.mktemp("torchrun") / "reference"
+    done = subprocess.run(torchrun_argv(data, save, 29751), env=env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return save
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault, port", [(signal.SIGKILL, 29752), (signal.SIGSTOP, 29754)], ids=["killed", "frozen"])
+def test_a_torchrun_process_that_dies_or_hangs_stops_the_other_and_the_same_command_resumes(
+        data, torchrun_reference, tmp_path, fault, port):
+    """Process 1 killed, or frozen, after the first checkpoint: process 0 says so in one line
+    within DOCNMT_DIST_TIMEOUT (5 s here; a closed connection is seen at once), torchrun ends the
+    run, and the same command resumes it to the uninterrupted run's losses."""
+    save, err_path = tmp_path / "run", tmp_path / "stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(torchrun_argv(data, save, port), stdout=subprocess.DEVNULL, stderr=err,
+                                env=env(DOCNMT_SLOW_AT="update:0.3", DOCNMT_DIST_TIMEOUT="5"), start_new_session=True)
+    try:
+        wait_for(lambda: bool(list_checkpoints(save)))
+        os.kill(rank_pid(proc.pid, 1), fault)
+        begun = time.time()
+        wait_for(lambda: "lost contact" in err_path.read_text(), timeout=30)
+        assert time.time() - begun < 20
+        assert proc.wait(timeout=120) != 0                 # torchrun ends the frozen one (after its 30 s grace)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)            # torchrun and its workers, when the test failed
+        proc.wait()
+    err = err_path.read_text()
+    said = [line for line in err.splitlines() if line.startswith("docnmt: error:")]
+    assert len(said) == 1 and said[0].startswith("docnmt: error: process 0 of 2 lost contact"), err
+    assert "[rank0]" not in err, err                       # no traceback of process 0's
+    newest = list_checkpoints(save)[-1]
+    assert f"resumes from {newest}" in said[0]
+    again = subprocess.run(torchrun_argv(data, save, port + 1), env=env(), capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from {newest}" in again.stderr
+    assert_same_run(save, torchrun_reference)

@@ -179,7 +179,7 @@ class Trainer:
 
     def train(self) -> Path:
         try:
-            with self.signals:
+            with self.signals, self.dist.contact(self.save_dir):
                 return self._train()
         finally:
             self.close()
