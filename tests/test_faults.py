@@ -346,3 +346,35 @@ def test_a_torchrun_process_that_dies_or_hangs_stops_the_other_and_the_same_comm
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {newest}" in again.stderr
     assert_same_run(save, torchrun_reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("to_launcher, sig, port", [(True, signal.SIGTERM, 29756), (False, signal.SIGINT, 29758)],
+                         ids=["SIGTERM-to-torchrun", "SIGINT-to-process-1-only"])
+def test_a_signal_stops_every_torchrun_process_at_the_same_update(data, torchrun_reference, tmp_path, to_launcher,
+                                                                  sig, port):
+    """A scheduler's SIGTERM to torchrun (which passes it on to every process), or a signal that only
+    process 1 gets: the processes agree on an update, save it together and stop; the same command resumes."""
+    save, err_path = tmp_path / "run", tmp_path / "stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(torchrun_argv(data, save, port), stdout=subprocess.DEVNULL, stderr=err,
+                                env=env(DOCNMT_SLOW_AT="update:0.3", DOCNMT_DIST_TIMEOUT="20"), start_new_session=True)
+    try:
+        wait_for(lambda: bool(list_checkpoints(save)))
+        os.kill(proc.pid if to_launcher else rank_pid(proc.pid, 1), sig)
+        assert proc.wait(timeout=120) != 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    err = err_path.read_text()
+    said = [line for line in err.splitlines() if "saving checkpoint" in line]
+    stopped_at = last_checkpoint(save)
+    assert len(said) == 1 and said[0].startswith(f"docnmt: {sig.name}: saving checkpoint {stopped_at} at update"), err
+    assert "[rank" not in err and "lost contact" not in err and "docnmt: error" not in err, err
+    load_state(stopped_at)
+    again = subprocess.run(torchrun_argv(data, save, port + 1), env=env(), capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from {stopped_at}" in again.stderr
+    assert_same_run(save, torchrun_reference, besides=stopped_at.name)

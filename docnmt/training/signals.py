@@ -60,8 +60,12 @@ class StopSignals:
         return signal.Signals(self.received).name if self.received else ""
 
     def vote(self, like: torch.Tensor) -> torch.Tensor:
-        """This process's vote to stop (1 or 0), to be summed over the processes with an update's losses."""
-        return like.new_full((1,), float(self.received is not None))
+        """This process's votes to stop, one per signal (1 for the one it got), to be summed over the
+        processes with an update's losses."""
+        votes = like.new_zeros(len(STOP_SIGNALS))          # filled on the device: no copy from the host
+        if self.received is not None:
+            votes[STOP_SIGNALS.index(self.received)] = 1.0
+        return votes
 
     def tally(self, votes: torch.Tensor) -> None:
         """Keep an update's summed votes, copied to the host without waiting for the device."""
@@ -73,16 +77,18 @@ class StopSignals:
         self._tallies = [*self._tallies[-1:], (votes, event)]
 
     def stopping(self, world: int) -> bool:
-        """Whether to stop before the next update: a signal came (to any process, with several;
-        read from the update before the last on a GPU, so that the host does not wait for the newest)."""
-        if world == 1:
-            return self.received is not None
-        if not self._tallies:
-            return False
+        """Whether to stop before the next update: a signal came (to any process, with several,
+        which then all stop as if they had got it, SIGTERM first; the votes are read from the update
+        before the last on a GPU, so that the host does not wait for the newest)."""
+        if world == 1 or not self._tallies:
+            return world == 1 and self.received is not None
         votes, event = self._tallies[0] if self._tallies[-1][1] is not None else self._tallies[-1]
         if event is not None:
             event.synchronize()
-        return float(votes) > 0
+        got = [s for s, n in zip(STOP_SIGNALS, votes.tolist()) if n > 0]
+        if got and self.received is None:
+            self.received = got[-1]
+        return bool(got)
 
 
 def stop(trainer) -> None:

@@ -280,7 +280,7 @@ class Trainer:
         if self.dist.world > 1:          # every process's loss, NLL, tokens and vote to stop, summed on the device
             summed = self.dist.all_sum_tensor(torch.cat([stats.sum(0), stats.new_full((1,), ntokens),
                                                          self.signals.vote(stats)]))
-            self.signals.tally(summed[3:])
+            self.signals.tally(summed[3:])              # the processes' votes to stop
             stats, all_tokens = summed[None, :3], summed[2]
         loss = stats[:, 0].sum()
         if not skip_on_device(self.optimizer, self.scaler, loss) and not math.isfinite(loss):
