@@ -74,8 +74,9 @@ def crash_point(name: str) -> None:
                 os._exit(137)
 
 
-class WriteFailed(DocnmtError):
-    """A file could not be written: a full disk, a quota, an I/O error."""
+class WriteFailed(DocnmtError, OSError):
+    """A file could not be written: a full disk, a quota, an I/O error (an OSError for callers
+    that catch those, a one-line error for the command line)."""
 
 
 @contextmanager

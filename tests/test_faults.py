@@ -378,3 +378,23 @@ def test_a_signal_stops_every_torchrun_process_at_the_same_update(data, torchrun
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {stopped_at}" in again.stderr
     assert_same_run(save, torchrun_reference, besides=stopped_at.name)
+
+
+def test_a_full_disk_under_train_log_is_one_error_naming_it(tmp_path):
+    """logging would print a traceback for a failed write of train.log and go on; a run stops instead."""
+    from docnmt.checkpoint import WriteFailed
+    from docnmt.training.run_dir import RunDir, log
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, ENOSPC)
+    run = RunDir(tmp_path)
+    run.open_log()
+    try:
+        handler = next(h for h in log.handlers if getattr(h, "baseFilename", "") == str(tmp_path / "train.log"))
+        handler.stream = Full()
+        with pytest.raises(WriteFailed, match=f"{tmp_path / 'train.log'}: cannot be written \\({ENOSPC}\\)"):
+            log.info("a record")
+    finally:
+        handler.stream = io.StringIO()
+        run.close()
