@@ -19,7 +19,9 @@ the checkpoint, then ``model.safetensors`` (when it is the best), then ``LAST``;
 checkpoint is renamed to a hidden name before it is deleted. :func:`recover` (run when training
 starts) puts back a checkpoint a crash left aside and removes the hidden leftovers, and
 training resumes from the newest checkpoint that loads. Whatever instant a training process is
-killed at, the same command resumes (or, before the first checkpoint, starts) the run.
+killed at, the same command resumes (or, before the first checkpoint, starts) the run. A write
+that fails (a full disk) is one error line naming the file (:func:`writing`) and leaves the newest
+complete checkpoint as it was.
 
 :func:`crash_point` marks each instant of a save where a kill leaves a different state on disk;
 the tests simulate a kill there (``crash_hook``, or ``DOCNMT_CRASH_AT=POINT[:N]`` for a
@@ -197,11 +199,12 @@ def _write_checkpoint(ckpts: Path, name: str, model: torch.nn.Module | dict[str,
     """The checkpoint directory ``ckpts/name``, complete before it gets its name."""
     final, tmp = ckpts / name, None
     aside = ckpts / f".{name}.old"
+    tensors = model if isinstance(model, dict) else state_dict_unique(model)     # (a device error is not a write's)
     try:
         with writing(final):
             ckpts.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(dir=ckpts, prefix=f".{name}."))
-            save_file(model if isinstance(model, dict) else state_dict_unique(model), str(tmp / WEIGHTS))
+            save_file(tensors, str(tmp / WEIGHTS))
             os.chmod(tmp / WEIGHTS, 0o666 & ~current_umask())     # safetensors writes 0600
             torch.save(state, tmp / STATE)
             os.chmod(tmp, 0o777 & ~current_umask())

@@ -398,3 +398,14 @@ def test_a_full_disk_under_train_log_is_one_error_naming_it(tmp_path):
     finally:
         handler.stream = io.StringIO()
         run.close()
+
+
+@pytest.mark.parametrize("value", ["x", "0", "-3", "nan", "inf"])
+def test_a_bad_dist_timeout_is_one_error(monkeypatch, value):
+    from docnmt.errors import DocnmtError
+    from docnmt.training.distributed import collective_timeout
+    monkeypatch.setenv("DOCNMT_DIST_TIMEOUT", value)
+    with pytest.raises(DocnmtError, match="DOCNMT_DIST_TIMEOUT"):
+        collective_timeout()
+    monkeypatch.setenv("DOCNMT_DIST_TIMEOUT", "2.5")
+    assert collective_timeout().total_seconds() == 2.5

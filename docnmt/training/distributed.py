@@ -32,9 +32,7 @@ class Distributed:
         if self.world > 1 and self.cuda:
             torch.cuda.set_device(self.local_rank)
         if self.world > 1 and not dist.is_initialized():
-            seconds = os.environ.get("DOCNMT_DIST_TIMEOUT")
-            dist.init_process_group("nccl" if self.cuda else "gloo",
-                                    timeout=timedelta(seconds=float(seconds)) if seconds else None)
+            dist.init_process_group("nccl" if self.cuda else "gloo", timeout=collective_timeout())
 
     @property
     def main(self) -> bool:
@@ -67,6 +65,21 @@ class Distributed:
                               f"({reason}): one of them died or hangs (torchrun's report says which); "
                               + (f"the same command resumes from {newest}" if newest else
                                  "no checkpoint was saved yet: the same command starts again")) from None
+
+
+def collective_timeout() -> timedelta | None:
+    """How long a collective waits for a process that hangs: ``DOCNMT_DIST_TIMEOUT`` seconds, else
+    torch's default (None)."""
+    seconds = os.environ.get("DOCNMT_DIST_TIMEOUT", "").strip()
+    if not seconds:
+        return None
+    try:
+        value = float(seconds)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 1e9:
+        raise DocnmtError(f"DOCNMT_DIST_TIMEOUT={seconds!r}: a positive number of seconds is needed")
+    return timedelta(seconds=value)
 
 
 def collective_failed(error: RuntimeError) -> bool:

@@ -16,7 +16,10 @@ Crash safety: one training command at a time holds a save directory (:class:`Dir
 a run killed at any instant is resumed by the same command from its newest checkpoint that
 loads (:mod:`docnmt.checkpoint`), or started afresh when it had none yet. A non-finite loss
 stops training with an error before the optimizer step, so the checkpoints and
-``model.safetensors`` on disk keep the last good weights.
+``model.safetensors`` on disk keep the last good weights. Ctrl-C and SIGTERM save a checkpoint at
+the current update and stop (:mod:`.signals`); a write that fails (a full disk) is one error line
+(:func:`docnmt.checkpoint.writing`); under torchrun a process that dies or hangs makes the others
+stop with one line (:meth:`.Distributed.contact`).
 """
 from __future__ import annotations
 
