@@ -172,6 +172,7 @@ def reference(data, tmp_path_factory):
     return save, disk.seen
 
 
+@pytest.mark.slow
 def test_every_write_of_a_save_is_reached(reference):
     _, seen = reference
     assert {"checkpoint-weights", "checkpoint-state", "checkpoint-aside", "checkpoint-rename", "model",
@@ -269,7 +270,7 @@ STOPS = [([signal.SIGINT], 130), ([signal.SIGTERM], 143), ([signal.SIGINT, signa
 def test_a_signal_saves_a_checkpoint_and_stops_and_the_same_command_resumes(data, signal_reference, tmp_path,
                                                                             signals, status):
     save = tmp_path / "run"
-    slow = "update:0.3" + (",checkpoint-written:3" if len(signals) > 1 else "")
+    slow = "update:0.5" + (",checkpoint-written:3" if len(signals) > 1 else "")
     code, err = signalled(data, save, tmp_path, signals, slow)
     assert code == status and "Traceback" not in err, err
     said = [line for line in err.splitlines() if "saving checkpoint" in line]
