@@ -19,11 +19,14 @@ the checkpoint, then ``model.safetensors`` (when it is the best), then ``LAST``;
 checkpoint is renamed to a hidden name before it is deleted. :func:`recover` (run when training
 starts) puts back a checkpoint a crash left aside and removes the hidden leftovers, and
 training resumes from the newest checkpoint that loads. Whatever instant a training process is
-killed at, the same command resumes (or, before the first checkpoint, starts) the run.
+killed at, the same command resumes (or, before the first checkpoint, starts) the run. A write
+that fails (a full disk) is one error line naming the file (:func:`writing`) and leaves the newest
+complete checkpoint as it was.
 
 :func:`crash_point` marks each instant of a save where a kill leaves a different state on disk;
 the tests simulate a kill there (``crash_hook``, or ``DOCNMT_CRASH_AT=POINT[:N]`` for a
-subprocess, which then exits at once with status 137 the N-th time it reaches POINT).
+subprocess, which then exits at once with status 137 the N-th time it reaches POINT);
+``DOCNMT_SLOW_AT=POINT:SECONDS[,...]`` makes a subprocess wait there (a save that a test signals).
 """
 from __future__ import annotations
 
@@ -32,9 +35,11 @@ import re
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .errors import DocnmtError
@@ -58,6 +63,10 @@ def crash_point(name: str) -> None:
     """A named instant at which the tests simulate a kill (see the module docstring)."""
     if crash_hook is not None:
         crash_hook(name)
+    for slow in filter(None, os.environ.get("DOCNMT_SLOW_AT", "").split(",")):     # tests: POINT:SECONDS
+        point, _, seconds = slow.partition(":")
+        if point == name:
+            time.sleep(float(seconds))
     wanted = os.environ.get("DOCNMT_CRASH_AT")
     if wanted:
         point, _, count = wanted.partition(":")
@@ -65,6 +74,26 @@ def crash_point(name: str) -> None:
             _crash_counts[name] = _crash_counts.get(name, 0) + 1
             if _crash_counts[name] == int(count or 1):
                 os._exit(137)
+
+
+class WriteFailed(DocnmtError, OSError):
+    """A file could not be written: a full disk, a quota, an I/O error (an OSError for callers
+    that catch those, a one-line error for the command line)."""
+
+
+@contextmanager
+def writing(path: Path):
+    """Report a failed write of ``path`` as one error line naming ``path`` (not the temporary name
+    written to): OSError (ENOSPC, EDQUOT, EIO), and safetensors' and ``torch.save``'s own errors,
+    which a full disk raises instead (they carry no errno)."""
+    try:
+        yield
+    except (OSError, RuntimeError, SafetensorError) as e:
+        if isinstance(e, OSError) and e.strerror:
+            reason = e.strerror
+        else:
+            reason = f"{(str(e).strip().splitlines() or [type(e).__name__])[-1]}; is the disk full?"
+        raise WriteFailed(f"{path}: cannot be written ({reason})") from e
 
 
 def _new_file_mode(path: Path) -> int:
@@ -86,14 +115,16 @@ def atomic_write(path: Path, write) -> None:
             with open(Path(d) / "out", "rb") as src, open(path, "wb") as dst:
                 shutil.copyfileobj(src, dst)
         return
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
+    tmp = None
     try:
-        write(tmp)
-        os.chmod(tmp, _new_file_mode(path))   # mkstemp's 0600 would hide models from the group
-        os.replace(tmp, path)
+        with writing(path):
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+            os.close(fd)
+            write(tmp)
+            os.chmod(tmp, _new_file_mode(path))   # mkstemp's 0600 would hide models from the group
+            os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
 
 
@@ -147,39 +178,61 @@ def save_checkpoint(directory: Path, name: str, model: torch.nn.Module | dict[st
                     keep_last: int, best: bool = False) -> Path:
     """Write checkpoint ``name`` of ``model`` (or of its weights, a ``{name: CPU tensor}`` dict: a
     sharded model's, gathered); with ``best`` also ``model.safetensors``; then point ``LAST`` at
-    it and delete all but the newest ``keep_last`` checkpoints (see the module docstring)."""
-    ckpts = Path(directory) / "checkpoints"
-    ckpts.mkdir(parents=True, exist_ok=True)
-    final = ckpts / name
-    tmp = Path(tempfile.mkdtemp(dir=ckpts, prefix=f".{name}."))
+    it and delete all but the newest ``keep_last`` checkpoints (see the module docstring). A write
+    that fails (a full disk) is one error line naming the file and the checkpoint that is kept."""
     try:
-        save_file(model if isinstance(model, dict) else state_dict_unique(model), str(tmp / WEIGHTS))
-        os.chmod(tmp / WEIGHTS, 0o666 & ~current_umask())     # safetensors writes 0600
-        torch.save(state, tmp / STATE)
-        os.chmod(tmp, 0o777 & ~current_umask())
-        crash_point("checkpoint-written")
-        aside = ckpts / f".{name}.old"
-        if final.exists():              # re-saving the same update: keep the old one until replaced
-            os.replace(final, aside)
-            crash_point("checkpoint-aside")
-        os.replace(tmp, final)
+        final = _write_checkpoint(Path(directory) / "checkpoints", name, model, state)
+        if best:
+            atomic_write(Path(directory) / WEIGHTS, lambda t: shutil.copyfile(final / WEIGHTS, t))
+            crash_point("best-weights")
+        atomic_write(final.parent / "LAST", lambda t: Path(t).write_text(name))
+        crash_point("last")
+        _prune(directory, final, keep_last)
+    except WriteFailed as e:
+        kept = (list_checkpoints(directory) or [None])[-1]          # the one the same command resumes from
+        raise WriteFailed(f"{e}; " + (f"the newest complete checkpoint is {kept}: free some space and run the "
+                                      "same command to resume from it" if kept else "no checkpoint was saved yet"))
+    return final
+
+
+def _write_checkpoint(ckpts: Path, name: str, model: torch.nn.Module | dict[str, torch.Tensor], state: dict) -> Path:
+    """The checkpoint directory ``ckpts/name``, complete before it gets its name."""
+    final, tmp = ckpts / name, None
+    aside = ckpts / f".{name}.old"
+    tensors = model if isinstance(model, dict) else state_dict_unique(model)     # (a device error is not a write's)
+    try:
+        with writing(final):
+            ckpts.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=ckpts, prefix=f".{name}."))
+            save_file(tensors, str(tmp / WEIGHTS))
+            os.chmod(tmp / WEIGHTS, 0o666 & ~current_umask())     # safetensors writes 0600
+            torch.save(state, tmp / STATE)
+            os.chmod(tmp, 0o777 & ~current_umask())
+            crash_point("checkpoint-written")
+            if final.exists():              # re-saving the same update: keep the old one until replaced
+                os.replace(final, aside)
+                crash_point("checkpoint-aside")
+            os.replace(tmp, final)
         crash_point("checkpoint-renamed")
         shutil.rmtree(aside, ignore_errors=True)
     except Exception:                   # an error (not a kill: recover() cleans up after those)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if aside.exists() and not final.exists():      # the one moved aside is the newest complete
+            os.replace(aside, final)
         raise
-    if best:
-        atomic_write(Path(directory) / WEIGHTS, lambda t: shutil.copyfile(final / WEIGHTS, t))
-        crash_point("best-weights")
-    atomic_write(ckpts / "LAST", lambda t: Path(t).write_text(name))
-    crash_point("last")
+    return final
+
+
+def _prune(directory: Path, final: Path, keep_last: int) -> None:
+    """Delete all but the newest ``keep_last`` checkpoints, ``final`` among them."""
     older = [p for p in list_checkpoints(directory) if p != final]
     for old in older[: max(0, len(older) - (keep_last - 1))] if keep_last > 0 else []:
-        trash = ckpts / f".{old.name}.trash"
-        os.replace(old, trash)          # gone from the list at once, never half there
+        trash = final.parent / f".{old.name}.trash"
+        with writing(old):
+            os.replace(old, trash)          # gone from the list at once, never half there
         crash_point("prune")
         shutil.rmtree(trash, ignore_errors=True)
-    return final
 
 
 def work_dir_beside(dest: Path) -> Path:

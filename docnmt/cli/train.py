@@ -44,6 +44,7 @@ def add_train(sub) -> None:
 def cmd_train(args) -> int:
     from ..config import Config
     from ..training import Trainer
+    from ..training.signals import TrainingStopped
     flags = {**decode_flags(), **train_flags()}
     overrides = collect_overrides(args, flags)
     if args.config and args.arch:
@@ -56,7 +57,10 @@ def cmd_train(args) -> int:
                                 progress_bar=args.progress, device=args.device)
     if trainer.dist.main:
         print(f"training {trainer.describe()}", file=sys.stderr)
-    out = trainer.train()
+    try:
+        out = trainer.train()
+    except TrainingStopped as e:        # Ctrl-C or SIGTERM: a checkpoint was saved, and the trainer said so
+        return e.status
     p, metric = trainer.progress, trainer.cfg.train.best_metric
     best = "" if p.best is None else (f", best validation {metric} "
                                       f"{-p.best if metric == 'bleu' else p.best:.4f}")

@@ -1,12 +1,24 @@
 """Several training processes under ``torchrun`` (:class:`Distributed`; one process otherwise),
 and the random states a checkpoint keeps for every rank, so that a resumed run draws the same
-dropout masks as the run that was never interrupted."""
+dropout masks as the run that was never interrupted.
+
+A process that dies or hangs: the others' next collective fails (at once when a gloo peer's
+connection closes; after ``DOCNMT_DIST_TIMEOUT`` seconds when a peer hangs, torch's default
+without it), each says so in one line (:meth:`Distributed.contact`) and exits, and torchrun ends
+the rest; the same command resumes from the newest checkpoint."""
 from __future__ import annotations
 
 import os
+import re
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from ..checkpoint import list_checkpoints
+from ..errors import DocnmtError
 
 
 class Distributed:
@@ -20,7 +32,7 @@ class Distributed:
         if self.world > 1 and self.cuda:
             torch.cuda.set_device(self.local_rank)
         if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if self.cuda else "gloo")
+            dist.init_process_group("nccl" if self.cuda else "gloo", timeout=collective_timeout())
 
     @property
     def main(self) -> bool:
@@ -36,6 +48,51 @@ class Distributed:
     def barrier(self):
         if self.world > 1:
             dist.barrier()
+
+    @contextmanager
+    def contact(self, save_dir: Path):
+        """Turn the failure of a collective (another process died or hangs) into one error line
+        that says what happened and what resumes the run, instead of a traceback of torch's."""
+        try:
+            yield
+        except RuntimeError as e:
+            if self.world == 1 or not collective_failed(e):
+                raise
+            reason = re.sub(r"^\[[^\]]*\]\s*", "", (str(e).strip().splitlines() or [""])[0])     # gloo's source line
+            reason = re.split(r"\.\s", reason)[0][:200]
+            newest = (list_checkpoints(save_dir) or [None])[-1]
+            raise DocnmtError(f"process {self.rank} of {self.world} lost contact with the other training processes "
+                              f"({reason}): one of them died or hangs (torchrun's report says which); "
+                              + (f"the same command resumes from {newest}" if newest else
+                                 "no checkpoint was saved yet: the same command starts again")) from None
+
+
+def collective_timeout() -> timedelta | None:
+    """How long a collective waits for a process that hangs: ``DOCNMT_DIST_TIMEOUT`` seconds, else
+    torch's default (None)."""
+    seconds = os.environ.get("DOCNMT_DIST_TIMEOUT", "").strip()
+    if not seconds:
+        return None
+    try:
+        value = float(seconds)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 1e9:
+        raise DocnmtError(f"DOCNMT_DIST_TIMEOUT={seconds!r}: a positive number of seconds is needed")
+    return timedelta(seconds=value)
+
+
+def collective_failed(error: RuntimeError) -> bool:
+    """Whether ``error`` came from a collective (torch.distributed, DDP's buffer and gradient
+    syncs): gloo's and NCCL's errors are not all :class:`torch.distributed.DistError`."""
+    if isinstance(error, dist.DistError):
+        return True
+    tb = error.__traceback__
+    while tb is not None:
+        if re.search(r"torch[/\\](distributed|nn[/\\]parallel)[/\\]", tb.tb_frame.f_code.co_filename):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def device_rng_state(device: torch.device) -> torch.Tensor | None:

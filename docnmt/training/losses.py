@@ -22,10 +22,17 @@ class LossLog:
 
     def __init__(self):
         self.pending: list[tuple[int, float, torch.Tensor, int]] = []
+        self.carried: dict = {}       # a resumed checkpoint's :meth:`unlogged` sums, for the first window
         self.new_window()
 
     def new_window(self) -> None:
-        self.window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.time()}
+        self.window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": time.time(), **self.carried}
+        self.carried = {}
+
+    def unlogged(self) -> dict:
+        """The window's sums (after :meth:`read`), which a checkpoint keeps: a run resumed from it
+        logs the losses of the run that was never stopped, whatever update it stopped at."""
+        return {k: self.window[k] for k in ("loss", "nll", "tokens")}
 
     def add(self, update: int, lr: float, stats: torch.Tensor, ntokens: int) -> None:
         self.pending.append((update, lr, stats, ntokens))

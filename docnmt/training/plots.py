@@ -1,6 +1,10 @@
-"""The figures of a run: learning_curve.png (:func:`learning_curve`), titled by :func:`run_kind`."""
+"""The figures of a run: learning_curve.png (:func:`learning_curve`), titled by :func:`run_kind`,
+and its method's (:func:`plot_run`)."""
 from __future__ import annotations
 
+from pathlib import Path
+
+from .. import methods
 from ..config import Config
 
 FEW_POINTS = 30     # a training curve with at most this many points marks each
@@ -34,3 +38,14 @@ def learning_curve(history: list[dict], title: str):
     if tr or va:
         ax.legend()
     return fig
+
+
+def plot_run(cfg: Config, progress, save_dir: Path, train_corpus) -> None:
+    """learning_curve.png of a run's ``progress.history`` (:func:`learning_curve`; none without
+    matplotlib), and the plots of the run's method."""
+    try:
+        fig = learning_curve(progress.history, f"{save_dir.name} — {run_kind(cfg)}")
+    except ImportError:
+        return
+    fig.savefig(save_dir / "learning_curve.png", dpi=100)
+    methods.training_plots(cfg, train_corpus, save_dir, progress.epoch)

@@ -12,7 +12,16 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..checkpoint import MODEL_DIR_FILES, WEIGHTS, DirectoryLock, atomic_write, crash_point, list_checkpoints, recover
+from ..checkpoint import (
+    MODEL_DIR_FILES,
+    WEIGHTS,
+    DirectoryLock,
+    atomic_write,
+    crash_point,
+    list_checkpoints,
+    recover,
+    writing,
+)
 from ..config import Config
 from ..errors import DocnmtError
 from ..vocab import BaseVocab
@@ -36,6 +45,18 @@ def record_through(line: bytes, updates: int, validated: bool) -> bool:
         return False
     u = rec.get("updates", 0)
     return u < updates or (u == updates and (validated or not any(k.startswith("valid_") for k in rec)))
+
+
+class LogFile(logging.FileHandler):
+    """train.log, whose failed write (a full disk) stops training with one error line, as the
+    failure of any other file of the run does (logging would print a traceback and go on)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        error = sys.exc_info()[1]
+        if not isinstance(error, OSError):
+            return super().handleError(record)
+        with writing(Path(self.baseFilename)):
+            raise error
 
 
 class RunDir:
@@ -143,7 +164,7 @@ class RunDir:
     # ---- logging -----------------------------------------------------------------------------------
     def open_log(self) -> None:
         """train.log gets every message of the trainer; warnings also reach stderr."""
-        to_file = logging.FileHandler(self.path / "train.log")
+        to_file = LogFile(self.path / "train.log")
         to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         console = logging.StreamHandler(sys.stderr)
         console.setLevel(logging.WARNING)
@@ -165,8 +186,8 @@ class RunDir:
     def record(self, rec: dict) -> None:
         """One record of metrics: a line of metrics.jsonl and train.log, and TensorBoard scalars."""
         log.info(json.dumps(rec))
-        with open(self.path / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(rec) + "\n")
+        with writing(self.path / "metrics.jsonl"), open(self.path / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(rec) + "\n")          # a line a full disk tore is dropped on resuming
         if self.tb is not None:
             for k, v in rec.items():
                 if k not in ("updates", "epoch") and v is not None:

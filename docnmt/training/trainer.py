@@ -16,7 +16,10 @@ Crash safety: one training command at a time holds a save directory (:class:`Dir
 a run killed at any instant is resumed by the same command from its newest checkpoint that
 loads (:mod:`docnmt.checkpoint`), or started afresh when it had none yet. A non-finite loss
 stops training with an error before the optimizer step, so the checkpoints and
-``model.safetensors`` on disk keep the last good weights.
+``model.safetensors`` on disk keep the last good weights. Ctrl-C and SIGTERM save a checkpoint at
+the current update and stop (:mod:`.signals`); a write that fails (a full disk) is one error line
+(:func:`docnmt.checkpoint.writing`); under torchrun a process that dies or hangs makes the others
+stop with one line (:meth:`.Distributed.contact`).
 """
 from __future__ import annotations
 
@@ -41,10 +44,11 @@ from .data import TrainingData, bucketed, forward_loss, to_device
 from .distributed import Distributed, gather_rng, restore_rng
 from .losses import LossLog, diverged, skip_on_device, train_record
 from .optim import amp_dtype, build_optimizer, check_settings
-from .plots import learning_curve, run_kind
+from .plots import plot_run
 from .progress import Progress, finished, run_end
 from .run_dir import RunDir
 from .sharding import sharding_for
+from .signals import StopSignals, stop
 from .validation import best_value, validate, validation_line
 
 log = logging.getLogger("docnmt.training")
@@ -69,8 +73,9 @@ class Trainer:
         self.pretrained: list[str] = []   # parameters initialised from --init-from
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg.train, self.pretrained)
         self.progress = Progress()
-        self._validated_at = -1
+        self._validated_at = self._saved_at = -1
         self.losses = LossLog()          # the losses of the updates since the last log line
+        self.signals = StopSignals()     # Ctrl-C and SIGTERM: save and stop between updates
 
     @classmethod
     def from_dirs(cls, cfg: Config, data_dir: str | Path, save_dir: str | Path, force: bool = False,
@@ -148,6 +153,8 @@ class Trainer:
         # a checkpoint saved between validations (or by a run killed while validating its last
         # update) gets the validation the uninterrupted run did there, when training ends on it
         self._validated_at = p.updates if p.validated_here() else -1
+        self.losses.carried = dict(state.get("loss_window", {}))   # the same log lines as a run never stopped
+        self._saved_at = p.updates
         restore_rng(state, self.dist.rank, self.device)
         if p.epoch > 1:
             self.train_set = self.make_train_set(p.epoch)
@@ -176,7 +183,8 @@ class Trainer:
 
     def train(self) -> Path:
         try:
-            return self._train()
+            with self.signals, self.dist.contact(self.save_dir):
+                return self._train()
         finally:
             self.close()
 
@@ -197,7 +205,7 @@ class Trainer:
             self.validate_and_save(f"u{p.updates:08d}")
         self.shards.save_weights(self.model, self.save_dir / WEIGHTS, self.dist.main)     # when none was best
         if self.dist.main:
-            self.plot()
+            plot_run(self.cfg, self.progress, self.save_dir, self.train_corpus)
             log.info("training finished after %d updates, %.0f s", p.updates, time.time() - self.start_time)
         self.dist.barrier()
         return self.save_dir
@@ -211,6 +219,8 @@ class Trainer:
         self._show_end(bar, len(batches), started_at)      # this epoch's length known: a new end
         self.losses.new_window()
         while p.batch_in_epoch < len(batches) and not self.done():
+            if self.signals.stopping(self.dist.world):
+                stop(self)
             group = batches[p.batch_in_epoch: p.batch_in_epoch + tc.update_freq]
             self.update([self.collate(b, p.epoch, p.batch_in_epoch + i) for i, b in enumerate(group)])
             p.batch_in_epoch += len(group)
@@ -273,9 +283,11 @@ class Trainer:
             sums.append(torch.stack([loss.detach(), nll.detach()]).double())
             ntokens += rows.numel()
         stats, all_tokens = torch.stack(sums), ntokens
-        if self.dist.world > 1:          # every process's loss, NLL and tokens, summed on the device
-            stats = self.dist.all_sum_tensor(torch.cat([stats.sum(0), stats.new_full((1,), ntokens)]))[None]
-            all_tokens = stats[0, 2]
+        if self.dist.world > 1:          # every process's loss, NLL, tokens and vote to stop, summed on the device
+            summed = self.dist.all_sum_tensor(torch.cat([stats.sum(0), stats.new_full((1,), ntokens),
+                                                         self.signals.vote(stats)]))
+            self.signals.tally(summed[3:])              # the processes' votes to stop
+            stats, all_tokens = summed[None, :3], summed[2]
         loss = stats[:, 0].sum()
         if not skip_on_device(self.optimizer, self.scaler, loss) and not math.isfinite(loss):
             self.losses.read(self.save_dir)
@@ -323,9 +335,11 @@ class Trainer:
         if self.dist.main:          # (under --fsdp both gathered whole on rank 0: collectives of every rank)
             state = {"optimizer": optimizer, "scheduler": self.scheduler.state_dict(), "fsdp": self.shards.sharded,
                      "scaler": self.scaler.state_dict(), "progress": self.progress.to_dict(),
-                     "pretrained": self.pretrained, "rng": rng, "device_rng": device_rng}
+                     "pretrained": self.pretrained, "rng": rng, "device_rng": device_rng,
+                     "loss_window": self.losses.unlogged()}
             save_checkpoint(self.save_dir, name, weights, state, self.cfg.train.keep_last, best=best)
         self.dist.barrier()
+        self._saved_at = self.progress.updates
 
     def _log_train(self, bar) -> None:
         p, window = self.progress, self.losses.read(self.save_dir)
@@ -341,14 +355,3 @@ class Trainer:
         self.progress.history.append(rec)
         if self.dist.main:
             self.run.record(rec)
-
-    def plot(self) -> None:
-        """learning_curve.png (:func:`learning_curve`), and the plots of the run's method."""
-        try:
-            fig = learning_curve(self.progress.history, f"{self.save_dir.name} — {run_kind(self.cfg)}")
-        except ImportError:
-            return
-        fig.savefig(self.save_dir / "learning_curve.png", dpi=100)
-        methods.training_plots(self.cfg, self.train_corpus, self.save_dir, self.progress.epoch)
-
-
