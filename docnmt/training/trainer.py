@@ -130,8 +130,7 @@ class Trainer:
         """Copy the weights of a model directory or .safetensors file into the parameters of
         the same name (a sentence model into a document model: its attention becomes the local
         attention); the others keep their fresh initialisation. Says what was copied."""
-        path = Path(source)
-        path = path / WEIGHTS if path.is_dir() else path
+        path = Path(source) / WEIGHTS if Path(source).is_dir() else Path(source)
         self.pretrained = self.shards.load(self.model, path, strict=False)
         self.optimizer, self.scheduler = build_optimizer(self.model, self.cfg.train, self.pretrained)
         fresh = [n for n, _ in self.model.named_parameters() if n not in set(self.pretrained)]
