@@ -166,6 +166,12 @@ def test_cli_context_files(vocab, tmp_path, run_cli, cli_error):
         "--context-tgt", str(files["short.de"]))
     assert "--context-tgt needs --context-src" in cli_error("translate", str(model), "-i", str(files["new.en"]),
                                                             "--context-tgt", str(files["ctx.de"]))
+    srt = tmp_path / "new.srt"                      # a kept format comes back whole: no context before it
+    srt.write_text("1\n00:00:01,000 --> 00:00:02,000\nHello there.\n", encoding="utf-8")
+    assert "not a kept format" in cli_error("translate", str(model), "-i", str(srt), "-o", str(tmp_path / "o.srt"),
+                                            "--context-src", str(files["ctx.en"]),
+                                            "--context-tgt", str(files["ctx.de"]))
+    assert not (tmp_path / "o.srt").exists()
 
 
 def test_the_service_forces_the_context_and_counts_repairs(vocab):
