@@ -81,6 +81,18 @@ def test_a_translation_without_spaces_is_cut_between_characters():
     assert distribute("a b", [0, 0, 9]) == ["a", "", "", "b"]
 
 
+def test_a_space_the_cut_drops_between_touching_parts_is_put_back():
+    """Parts that meet with nothing between them (``<c.yellow>Thank you</c>, <lang fr>merci``):
+    a cut at a space of the translation keeps a space there, else two words run together
+    (``c'est</c>la``); parts on two lines (a joiner " ") stay as they were."""
+    from docnmt.readers.kept import Pieces, Unit
+    inline = Pieces([Unit(["Thank you", ", ", "merci", "."], ["", "", ""])], lambda text: [text])
+    assert inline.fill(["Merci, c'est la merci."]) == [["Merci, c'est", " la ", "merci", "."]]
+    assert inline.fill(["Thank you, merci."]) == [["Thank you", ", ", "merci", "."]]     # itself: as it was
+    lines = Pieces([Unit(["The bill is", "ready now."])], lambda text: [text])
+    assert lines.fill(["Le projet de loi est prêt."]) == [["Le projet de", "loi est prêt."]]
+
+
 @pytest.mark.parametrize("name,data,words,line", [
     ("a.srt", b"1\n00:00:01,000 --> 00:00:02,000\nHi.\n\n2\n00:00:03,000 -> 00:00:04\nBye.\n", "broken cue", 6),
     ("b.vtt", b"WEBVTT\n\n00:01 --> 00:02.000\nHi.\n", "broken cue", 3),

@@ -159,12 +159,35 @@ class Pieces:
             else:
                 scale = len(tgt) / max(len(sent.text), 1)
                 pieces = distribute(tgt, [round(c * scale) for c in sent.cuts])
+            spaced = _after_space(tgt, pieces)
+            unit = self.units[sent.unit]
             for n, (k, piece) in enumerate(zip(sent.parts, pieces)):
                 if piece:
                     joint = got[sent.unit][k] and not (n == 0 and sent.glued)
+                    joint = joint or (n > 0 and spaced[n] and pieces[n - 1] and _touching(unit, k))
                     got[sent.unit][k].append(" " + piece if joint else piece)
         return [[_with_space(p, "".join(new)) for p, new in zip(unit.parts, new_parts)]
                 for unit, new_parts in zip(self.units, got)]
+
+
+def _after_space(text: str, pieces: list[str]) -> list[bool]:
+    """For each piece (consecutive stripped pieces of ``text``): whether a space of ``text`` stands
+    just before it, i.e. the cut that started it dropped one."""
+    out, at = [], 0
+    for piece in pieces:
+        k = text.find(piece, at) if piece else at
+        out.append(k > 0 and text[k - 1] == " ")
+        at = k + len(piece)
+    return out
+
+
+def _touching(unit: Unit, k: int) -> bool:
+    """Whether parts k - 1 and k of ``unit`` meet with nothing between them (no whitespace, no line
+    break or tab): a space the cut dropped there must be put back, or two words run together
+    (``Thank you</c>, merci`` translated ``Merci, c'est</c>la merci``)."""
+    before, after = unit.parts[k - 1], unit.parts[k]
+    return (unit.joiners[k - 1] == "" and before != "" and not before[-1].isspace()
+            and after != "" and not after[0].isspace())
 
 
 def _with_space(part: str, text: str) -> str:
