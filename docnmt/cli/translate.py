@@ -153,6 +153,7 @@ def cmd_score(args) -> int:
     refuse_inputs([args.output], [args.src, args.ref, *model_files(args.model, args.checkpoint)])
     refuse_overwrite([args.output], args.force)
     refuse_unwritable([args.output])
+    refuse_kept([args.src, args.ref], args.format)
     src, ref = read_inputs([args.src], args.format), read_sentences(args.ref)
     if len(src) != len(ref):
         raise DocnmtError(document_counts(args.src, len(src), args.ref, len(ref)))
@@ -174,3 +175,14 @@ def cmd_score(args) -> int:
     if not args.quiet:
         print(score_summary(scores, words), file=sys.stderr)
     return 0
+
+
+def refuse_kept(paths: list[str], fmt: str) -> None:
+    """``score`` reads sentences in the formats ``prepare`` reads: an SRT, DOCX, Markdown... file
+    would be read as lines (an SRT's cue numbers and timings as sentences), so it is one error line."""
+    from ..readers.filetypes import kept_format
+    for path in paths:
+        kind = kept_format(path, None) if fmt == "auto" else None
+        if kind:
+            raise DocnmtError(f"{path}: score reads the formats of docnmt prepare, not {kind}; "
+                              "translate the file with --output-format jsonl to get its sentences")
