@@ -89,6 +89,8 @@ def test_a_space_the_cut_drops_between_touching_parts_is_put_back():
     inline = Pieces([Unit(["Thank you", ", ", "merci", "."], ["", "", ""])], lambda text: [text])
     assert inline.fill(["Merci, c'est la merci."]) == [["Merci, c'est", " la ", "merci", "."]]
     assert inline.fill(["Thank you, merci."]) == [["Thank you", ", ", "merci", "."]]     # itself: as it was
+    runs = Pieces([Unit(["The gov", "ernment has decided."], [""])], lambda text: [text])     # DOCX runs of one word
+    assert runs.fill(["Le gouvernement a décidé."]) == [["Le", " gouvernement a décidé."]]
     lines = Pieces([Unit(["The bill is", "ready now."])], lambda text: [text])
     assert lines.fill(["Le projet de loi est prêt."]) == [["Le projet de", "loi est prêt."]]
 
