@@ -95,6 +95,17 @@ def test_a_space_the_cut_drops_between_touching_parts_is_put_back():
     assert lines.fill(["Le projet de loi est prêt."]) == [["Le projet de", "loi est prêt."]]
 
 
+def test_closing_punctuation_a_cut_leaves_at_a_part_start_goes_back():
+    """``<i>Hello everyone,</i> and welcome``: the cut before the translation's comma left it at
+    the start of the next part, after that part's own space (``monde</i> , et``); it goes back
+    to the end of the piece before, unless the source's part starts with punctuation itself."""
+    from docnmt.readers.kept import Pieces, Unit
+    tag = Pieces([Unit(["Hello everyone,", " and welcome"], [""])], lambda text: [text])
+    assert tag.fill(["Bonjour tout le monde, et bienvenue"]) == [["Bonjour tout le monde,", " et bienvenue"]]
+    link = Pieces([Unit(["See the ", "link", "."], ["", ""])], lambda text: [text])
+    assert link.fill(["Voir le lien."]) == [["Voir le ", "lien", "."]]
+
+
 @pytest.mark.parametrize("name,data,words,line", [
     ("a.srt", b"1\n00:00:01,000 --> 00:00:02,000\nHi.\n\n2\n00:00:03,000 -> 00:00:04\nBye.\n", "broken cue", 6),
     ("b.vtt", b"WEBVTT\n\n00:01 --> 00:02.000\nHi.\n", "broken cue", 3),

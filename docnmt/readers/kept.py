@@ -159,6 +159,7 @@ class Pieces:
             else:
                 scale = len(tgt) / max(len(sent.text), 1)
                 pieces = distribute(tgt, [round(c * scale) for c in sent.cuts])
+                _punctuation_back(pieces, [self.units[sent.unit].parts[k] for k in sent.parts])
             spaced = _after_space(tgt, pieces)
             unit = self.units[sent.unit]
             for n, (k, piece) in enumerate(zip(sent.parts, pieces)):
@@ -168,6 +169,20 @@ class Pieces:
                     got[sent.unit][k].append(" " + piece if joint else piece)
         return [[_with_space(p, "".join(new)) for p, new in zip(unit.parts, new_parts)]
                 for unit, new_parts in zip(self.units, got)]
+
+
+CLOSING = re.compile(r"^[,.;:!?…)\]}»”’]+")
+
+
+def _punctuation_back(pieces: list[str], parts: list[str]) -> None:
+    """Closing punctuation a cut left at the start of a piece goes back to the end of the piece
+    before, unless the source's part starts with punctuation too: ``Hello everyone,</i> and`` gave
+    ``monde</i> , et`` (the part keeps its leading space), now ``monde,</i> et``."""
+    for n in range(1, len(pieces)):
+        m = CLOSING.match(pieces[n])
+        if m and pieces[n - 1] and not CLOSING.match(parts[n].strip()):
+            pieces[n - 1] += m.group()
+            pieces[n] = pieces[n][m.end():].lstrip()
 
 
 def _after_space(text: str, pieces: list[str]) -> list[bool]:
