@@ -166,6 +166,10 @@ def test_cli_context_files(vocab, tmp_path, run_cli, cli_error):
         "--context-tgt", str(files["short.de"]))
     assert "--context-tgt needs --context-src" in cli_error("translate", str(model), "-i", str(files["new.en"]),
                                                             "--context-tgt", str(files["ctx.de"]))
+    for name, text in (("blank.en", "I would like the fish.\n\nAnd you?\n"), ("marker.en", "<d>\nHello.\n")):
+        (tmp_path / name).write_text(text, encoding="utf-8")   # was "src[1]: empty sentence"; <d> a sentence
+        line = cli_error("translate", str(model), "-i", str(files["new.en"]), "--context-src", str(tmp_path / name))
+        assert f"{name}:{2 if name == 'blank.en' else 1}:" in line and "one a line" in line
 
 
 def test_the_service_forces_the_context_and_counts_repairs(vocab):
