@@ -170,7 +170,7 @@ class Translator:
         if fallback.active(self.cfg, search):
             def alone(rows, out):      # the fallback's sentence instances: not in the report's counts
                 self._decode(corpus, rows, rows[:, 2].copy(), out, search, CoverageReport(), set(), bar)
-            fallback.repair(self, docs, corpus, outputs, report, bad_docs, search, alone, plan.forced if plan else ())
+            fallback.repair(self, docs, corpus, outputs, report, bad_docs, search, alone, plan.context if plan else ())
         bar.close()
         docs = self._assemble(docs, corpus, outputs, report, bad_docs)
         fallback.mark(docs, corpus, report)

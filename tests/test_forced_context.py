@@ -195,3 +195,14 @@ def test_the_service_forces_the_context_and_counts_repairs(vocab):
         r = client.post("/v1/translate", json={"sentences": new, "options": {"fallback": "sentence", "scores": False}})
         rows = r.json()["sentences"]
         assert r.json()["coverage"]["repaired_sentences"] == sum(row["repaired"] for row in rows) > 0
+
+
+def test_the_fallback_leaves_a_source_context_alone(vocab):
+    """A source context is decoded and dropped: the fallback translated its lost sentences again
+    too (the report said "4 lost sentences translated again" for 2 new ones), work thrown away."""
+    tr = translator(vocab, "doc2doc")
+    ctx_src, _, new = chat()
+    tr.cfg.decode.fallback = "sentence"
+    out, report = tr.translate([new], context={"src": ctx_src})
+    assert report.sentences == len(new) and report.fallback["sentences"] <= len(new)
+    assert report.repaired_sentences <= len(new) and len(out[0].tgt) == len(new)
