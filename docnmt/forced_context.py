@@ -112,7 +112,6 @@ class ForcedContext:
             if not n:
                 continue
             report.sentences -= n
-            report.empty_sentences -= sum(1 for t in doc.tgt[:n] if not t.strip())
             doc.src, doc.tgt = doc.src[n:], doc.tgt[n:]
             for key in ("nbest", "nbest_scores"):
                 if key in doc.meta:

@@ -199,10 +199,12 @@ def test_the_service_forces_the_context_and_counts_repairs(vocab):
 
 def test_the_fallback_leaves_a_source_context_alone(vocab):
     """A source context is decoded and dropped: the fallback translated its lost sentences again
-    too (the report said "4 lost sentences translated again" for 2 new ones), work thrown away."""
+    too (the report said "4 lost sentences translated again" for 2 new ones), work thrown away;
+    and its sentences left empty do not count against the document."""
     tr = translator(vocab, "doc2doc")
     ctx_src, _, new = chat()
     tr.cfg.decode.fallback = "sentence"
     out, report = tr.translate([new], context={"src": ctx_src})
     assert report.sentences == len(new) and report.fallback["sentences"] <= len(new)
     assert report.repaired_sentences <= len(new) and len(out[0].tgt) == len(new)
+    assert report.empty_sentences == 0 and report.documents_fully_recovered == 1     # its context's gaps not counted
