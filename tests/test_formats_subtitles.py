@@ -81,6 +81,16 @@ def test_a_translation_without_spaces_is_cut_between_characters():
     assert distribute("a b", [0, 0, 9]) == ["a", "", "", "b"]
 
 
+def test_a_one_word_translation_is_not_cut_inside_its_word():
+    """A sentence over three cues translated as one word (``Oui.``) was cut between characters as
+    if it were Chinese (``O`` / ``ui.``): only texts of scripts written without spaces are."""
+    from docnmt.readers.kept import Pieces, Unit
+    assert distribute("Oui.", [1, 2]) == ["Oui", "", "."]
+    cues = Pieces([Unit(["The government has", "decided to present", "a new bill today."])], lambda text: [text])
+    assert cues.fill(["Oui."]) == [["Oui.", "", ""]]
+    assert distribute("สวัสดีครับ", [5]) == ["สวัสด", "ีครับ"]          # Thai: any character boundary
+
+
 def test_a_space_the_cut_drops_between_touching_parts_is_put_back():
     """Parts that meet with nothing between them (``<c.yellow>Thank you</c>, <lang fr>merci``):
     a cut at a space of the translation keeps a space there, else two words run together

@@ -180,8 +180,9 @@ def _punctuation_back(pieces: list[str], parts: list[str]) -> None:
     ``monde</i> , et`` (the part keeps its leading space), now ``monde,</i> et``."""
     for n in range(1, len(pieces)):
         m = CLOSING.match(pieces[n])
-        if m and pieces[n - 1] and not CLOSING.match(parts[n].strip()):
-            pieces[n - 1] += m.group()
+        before = next((p for p in range(n - 1, -1, -1) if pieces[p]), None)     # the last piece with text
+        if m and before is not None and not CLOSING.match(parts[n].strip()):
+            pieces[before] += m.group()
             pieces[n] = pieces[n][m.end():].lstrip()
 
 
@@ -223,14 +224,19 @@ def _cost(a: str, b: str) -> float | None:
     return 0.5 if a.isalnum() or b.isalnum() else 0.75
 
 
+UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# scripts written without spaces (Thai, Lao, Myanmar, kana, CJK): a text of them may be cut anywhere
+
+
 def distribute(text: str, cuts: list[int]) -> list[str]:
     """``text`` cut into ``len(cuts) + 1`` pieces, each cut moved to the nearest word boundary
     (a space, dropped; less gladly a place beside punctuation: :func:`_cost` adds to the distance);
-    anywhere where ``text`` has no space. Every piece gets something while ``text`` has enough
+    anywhere where ``text`` has no space and is of a script written without spaces (``UNSPACED``;
+    a one-word translation, ``Oui.``, is not cut inside its word). Every piece gets something while ``text`` has enough
     boundaries; pieces are stripped."""
     if not cuts:
         return [text]
-    if " " in text:
+    if " " in text or not UNSPACED.search(text):
         cost = {k: c for k in range(1, len(text)) if (c := _cost(text[k - 1], text[k])) is not None}
     else:
         cost = {k: 0 for k in range(1, len(text))}
