@@ -66,8 +66,8 @@ def repair(translator, docs: list[Document], corpus, outputs: list, report, bad_
            fixed=frozenset()) -> None:
     """Translate the lost sentences again, each alone (``decode_alone(rows, outputs)`` decodes
     sentence instances with the model; ``search.fallback_model``: that model instead), and put
-    each translation that is not empty in ``outputs``. Sentences in ``fixed`` (a forced context)
-    are never touched. Sets the report's ``fallback`` and ``repaired``; ``bad_docs`` keeps the
+    each translation that is not empty in ``outputs``. Sentences in ``fixed`` (a context: forced,
+    or decoded and dropped) are never touched. Sets the report's ``fallback`` and ``repaired``; ``bad_docs`` keeps the
     documents with a sentence still lost."""
     def blank(out) -> bool:
         return not out or not translator.vocab.decode(out[0]).strip()

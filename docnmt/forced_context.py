@@ -55,6 +55,7 @@ class ForcedContext:
         self.contexts = contexts
         self.sizes = [len(c["src"]) if c else 0 for c in contexts]
         self.forced: dict[int, list[int]] = {}     # sentence of the corpus -> forced translation
+        self.context: set[int] = set()             # every context sentence of the corpus (forced or not)
         self.first_new = np.zeros(0, dtype=np.int64)
         self.skipped = 0
 
@@ -75,6 +76,7 @@ class ForcedContext:
         """Put the forced translations in ``outputs`` and note where each document's new
         sentences start (warning once when the model reads no target context)."""
         starts = corpus.doc_offsets[:-1]
+        self.context = {int(s) + k for s, n in zip(starts, self.sizes) for k in range(n)}
         self.first_new = np.array([s + (n if c and c["tgt"] is not None else 0)
                                    for s, n, c in zip(starts, self.sizes, self.contexts)], dtype=np.int64)
         targets = [(int(s), c["tgt"]) for s, c in zip(starts, self.contexts) if c and c["tgt"] is not None]
@@ -110,7 +112,6 @@ class ForcedContext:
             if not n:
                 continue
             report.sentences -= n
-            report.empty_sentences -= sum(1 for t in doc.tgt[:n] if not t.strip())
             doc.src, doc.tgt = doc.src[n:], doc.tgt[n:]
             for key in ("nbest", "nbest_scores"):
                 if key in doc.meta:

@@ -5,11 +5,14 @@ log format, instead of a bar redrawn many times a second (a bar in a log file is
 redraw: a 1,200-update run wrote 180 KB of them)."""
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
 
 from tqdm.auto import tqdm
+
+from docnmt.errors import ConfigError
 
 INTERVAL = 30.0          # seconds between lines when the stream is not a terminal
 
@@ -20,8 +23,23 @@ def progress_bar(iterable=None, *, file=None, clock=time.monotonic, interval: fl
     if kwargs.get("disable") or _is_terminal(stream):
         return tqdm(iterable, file=file, **kwargs)
     if interval is None:
-        interval = float(os.environ.get("DOCNMT_PROGRESS_SECONDS", INTERVAL))
+        interval = interval_from_env()
     return LogLines(iterable, file=stream, clock=clock, interval=interval, **kwargs)
+
+
+def interval_from_env() -> float:
+    """The interval ``DOCNMT_PROGRESS_SECONDS`` sets (default 30): a bad value is one error line
+    naming the variable, not a traceback from ``float``."""
+    text = os.environ.get("DOCNMT_PROGRESS_SECONDS", "").strip()
+    if not text:
+        return INTERVAL
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"DOCNMT_PROGRESS_SECONDS must be a number of seconds (0 or more), not {text!r}")
+    return value
 
 
 def _is_terminal(stream) -> bool:

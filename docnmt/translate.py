@@ -170,9 +170,9 @@ class Translator:
         if fallback.active(self.cfg, search):
             def alone(rows, out):      # the fallback's sentence instances: not in the report's counts
                 self._decode(corpus, rows, rows[:, 2].copy(), out, search, CoverageReport(), set(), bar)
-            fallback.repair(self, docs, corpus, outputs, report, bad_docs, search, alone, plan.forced if plan else ())
+            fallback.repair(self, docs, corpus, outputs, report, bad_docs, search, alone, plan.context if plan else ())
         bar.close()
-        docs = self._assemble(docs, corpus, outputs, report, bad_docs)
+        docs = self._assemble(docs, corpus, outputs, report, bad_docs, plan.context if plan else ())
         fallback.mark(docs, corpus, report)
         return (plan.strip(docs, report) if plan else docs), report
 
@@ -219,7 +219,9 @@ class Translator:
                         outputs[tstart + j].append(Scored(sents[j], hyp.score))
             bar.update(len(idx))
 
-    def _assemble(self, docs, corpus, outputs, report, bad_docs) -> list[Document]:
+    def _assemble(self, docs, corpus, outputs, report, bad_docs, context=()) -> list[Document]:
+        """The documents with their translations; the report counts the empty sentences and the
+        documents with problems, a context's sentences (decoded and dropped) left out."""
         for d, doc in enumerate(docs):
             texts = [[self.vocab.decode(t) for t in outputs[i]] for i in corpus.doc_range(d)]
             doc.tgt = [n[0] if n else "" for n in texts]
@@ -227,7 +229,7 @@ class Translator:
                 doc.meta["nbest"] = texts
                 doc.meta["nbest_scores"] = [[getattr(t, "score", None) for t in outputs[i]]
                                             for i in corpus.doc_range(d)]
-            empty = sum(1 for t in doc.tgt if not t.strip())
+            empty = sum(1 for i, t in zip(corpus.doc_range(d), doc.tgt) if not t.strip() and i not in context)
             report.empty_sentences += empty
             if empty or d in bad_docs:
                 report.documents_with_problems.append(doc.docid)

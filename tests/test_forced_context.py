@@ -172,6 +172,10 @@ def test_cli_context_files(vocab, tmp_path, run_cli, cli_error):
                                             "--context-src", str(files["ctx.en"]),
                                             "--context-tgt", str(files["ctx.de"]))
     assert not (tmp_path / "o.srt").exists()
+    for name, text in (("blank.en", "I would like the fish.\n\nAnd you?\n"), ("marker.en", "<d>\nHello.\n")):
+        (tmp_path / name).write_text(text, encoding="utf-8")   # was "src[1]: empty sentence"; <d> a sentence
+        line = cli_error("translate", str(model), "-i", str(files["new.en"]), "--context-src", str(tmp_path / name))
+        assert f"{name}:{2 if name == 'blank.en' else 1}:" in line and "one a line" in line
 
 
 def test_the_service_forces_the_context_and_counts_repairs(vocab):
@@ -197,3 +201,16 @@ def test_the_service_forces_the_context_and_counts_repairs(vocab):
         r = client.post("/v1/translate", json={"sentences": new, "options": {"fallback": "sentence", "scores": False}})
         rows = r.json()["sentences"]
         assert r.json()["coverage"]["repaired_sentences"] == sum(row["repaired"] for row in rows) > 0
+
+
+def test_the_fallback_leaves_a_source_context_alone(vocab):
+    """A source context is decoded and dropped: the fallback translated its lost sentences again
+    too (the report said "4 lost sentences translated again" for 2 new ones), work thrown away;
+    and its sentences left empty do not count against the document."""
+    tr = translator(vocab, "doc2doc")
+    ctx_src, _, new = chat()
+    tr.cfg.decode.fallback = "sentence"
+    out, report = tr.translate([new], context={"src": ctx_src})
+    assert report.sentences == len(new) and report.fallback["sentences"] <= len(new)
+    assert report.repaired_sentences <= len(new) and len(out[0].tgt) == len(new)
+    assert report.empty_sentences == 0 and report.documents_fully_recovered == 1     # its context's gaps not counted

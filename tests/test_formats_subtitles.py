@@ -81,6 +81,41 @@ def test_a_translation_without_spaces_is_cut_between_characters():
     assert distribute("a b", [0, 0, 9]) == ["a", "", "", "b"]
 
 
+def test_a_one_word_translation_is_not_cut_inside_its_word():
+    """A sentence over three cues translated as one word (``Oui.``) was cut between characters as
+    if it were Chinese (``O`` / ``ui.``): only texts of scripts written without spaces are."""
+    from docnmt.readers.kept import Pieces, Unit
+    assert distribute("Oui.", [1, 2]) == ["Oui", "", "."]
+    cues = Pieces([Unit(["The government has", "decided to present", "a new bill today."])], lambda text: [text])
+    assert cues.fill(["Oui."]) == [["Oui.", "", ""]]
+    assert distribute("สวัสดีครับ", [5]) == ["สวัสด", "ีครับ"]          # Thai: any character boundary
+
+
+def test_a_space_the_cut_drops_between_touching_parts_is_put_back():
+    """Parts that meet with nothing between them (``<c.yellow>Thank you</c>, <lang fr>merci``):
+    a cut at a space of the translation keeps a space there, else two words run together
+    (``c'est</c>la``); parts on two lines (a joiner " ") stay as they were."""
+    from docnmt.readers.kept import Pieces, Unit
+    inline = Pieces([Unit(["Thank you", ", ", "merci", "."], ["", "", ""])], lambda text: [text])
+    assert inline.fill(["Merci, c'est la merci."]) == [["Merci, c'est", " la ", "merci", "."]]
+    assert inline.fill(["Thank you, merci."]) == [["Thank you", ", ", "merci", "."]]     # itself: as it was
+    runs = Pieces([Unit(["The gov", "ernment has decided."], [""])], lambda text: [text])     # DOCX runs of one word
+    assert runs.fill(["Le gouvernement a décidé."]) == [["Le", " gouvernement a décidé."]]
+    lines = Pieces([Unit(["The bill is", "ready now."])], lambda text: [text])
+    assert lines.fill(["Le projet de loi est prêt."]) == [["Le projet de", "loi est prêt."]]
+
+
+def test_closing_punctuation_a_cut_leaves_at_a_part_start_goes_back():
+    """``<i>Hello everyone,</i> and welcome``: the cut before the translation's comma left it at
+    the start of the next part, after that part's own space (``monde</i> , et``); it goes back
+    to the end of the piece before, unless the source's part starts with punctuation itself."""
+    from docnmt.readers.kept import Pieces, Unit
+    tag = Pieces([Unit(["Hello everyone,", " and welcome"], [""])], lambda text: [text])
+    assert tag.fill(["Bonjour tout le monde, et bienvenue"]) == [["Bonjour tout le monde,", " et bienvenue"]]
+    link = Pieces([Unit(["See the ", "link", "."], ["", ""])], lambda text: [text])
+    assert link.fill(["Voir le lien."]) == [["Voir le ", "lien", "."]]
+
+
 @pytest.mark.parametrize("name,data,words,line", [
     ("a.srt", b"1\n00:00:01,000 --> 00:00:02,000\nHi.\n\n2\n00:00:03,000 -> 00:00:04\nBye.\n", "broken cue", 6),
     ("b.vtt", b"WEBVTT\n\n00:01 --> 00:02.000\nHi.\n", "broken cue", 3),

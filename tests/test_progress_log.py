@@ -57,3 +57,19 @@ def test_a_terminal_gets_tqdm_and_disable_is_silent():
     with progress_bar(total=3, file=out, disable=True, interval=0) as bar:
         bar.update(3)
     assert out.getvalue() == ""
+
+
+def test_a_bad_interval_in_the_environment_is_one_error_line(monkeypatch):
+    """DOCNMT_PROGRESS_SECONDS=abc (or negative, or nan) is a ConfigError naming the variable (the
+    CLI prints one line), not a ValueError traceback; an empty value is the default."""
+    import pytest
+
+    from docnmt.errors import ConfigError
+    for bad in ("abc", "-1", "nan"):
+        monkeypatch.setenv("DOCNMT_PROGRESS_SECONDS", bad)
+        with pytest.raises(ConfigError, match="DOCNMT_PROGRESS_SECONDS"):
+            progress_bar(total=3, file=io.StringIO())
+    monkeypatch.setenv("DOCNMT_PROGRESS_SECONDS", "")
+    assert progress_bar(total=3, file=io.StringIO()).interval == 30
+    monkeypatch.setenv("DOCNMT_PROGRESS_SECONDS", "2.5")
+    assert progress_bar(total=3, file=io.StringIO()).interval == 2.5

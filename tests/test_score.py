@@ -242,3 +242,15 @@ def test_translate_from_a_pipe_writes_each_document_as_soon_as_it_is_complete(na
     monkeypatch.setattr(sys, "stdout", io.StringIO())
     assert main(["translate", str(model), "-i", str(whole), "--beam", "2", "-q"]) == 0
     assert sys.stdout.getvalue().splitlines() == result
+
+
+@pytest.mark.slow
+def test_score_refuses_a_kept_format_file_in_one_line(cli_error, tiny_model, tmp_path):
+    """An SRT (or DOCX, Markdown...) given to score was read as lines, its cue numbers and timings
+    scored as sentences ("3 sentences" for one cue): it is one line naming the file and the way."""
+    srt = b"1\n00:00:01,000 --> 00:00:02,000\nHello there.\n"
+    (tmp_path / "talk.srt").write_bytes(srt)
+    (tmp_path / "talk.de.srt").write_bytes(srt)
+    line = cli_error("score", tiny_model("sent2sent"), "--src", tmp_path / "talk.srt",
+                     "--ref", tmp_path / "talk.de.srt")
+    assert "talk.srt" in line and "srt" in line and "--output-format jsonl" in line

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import DocnmtError
+from ..errors import DataError, DocnmtError
 from .files import model_files, refuse_inputs, refuse_overwrite, refuse_unwritable
 from .flags import DECODE_ALIASES, FORMAT_HELP, Alias, add_flags, add_verb, collect_overrides, decode_flags, flag_labels
 from .kept import KEPT_HELP, add_kept_flags, read_kept_input, translate_kept
@@ -107,9 +107,21 @@ def read_context(src: str | None, tgt: str | None) -> dict | None:
         raise DocnmtError("--context-tgt needs --context-src (the sentences it translates)")
     if not src:
         return None
-    sides = {side: [line.strip() for line in read_text(path).lines] if path else None
+    sides = {side: context_lines(read_text(path).lines, path, side == "src") if path else None
              for side, path in (("src", src), ("tgt", tgt))}
     return check_context(sides, "--context-src/--context-tgt")
+
+
+def context_lines(lines: list[str], path: str, source: bool) -> list[str]:
+    """A context file's sentences, one a line: a ``<d>`` line, or a blank source line, is an error
+    naming the file and line (``check_context`` would name only ``src[k]``, or take ``<d>`` as a
+    sentence)."""
+    out = [line.strip() for line in lines]
+    for k, line in enumerate(out):
+        if line == "<d>" or (source and not line):
+            raise DataError("a context file holds the earlier sentences of one document, one a line: "
+                            + ("no <d> lines" if line else "no blank lines"), path, k + 1)
+    return out
 
 
 def decoding_config(args, cfg):
@@ -153,6 +165,7 @@ def cmd_score(args) -> int:
     refuse_inputs([args.output], [args.src, args.ref, *model_files(args.model, args.checkpoint)])
     refuse_overwrite([args.output], args.force)
     refuse_unwritable([args.output])
+    refuse_kept([args.src, args.ref], args.format)
     src, ref = read_inputs([args.src], args.format), read_sentences(args.ref)
     if len(src) != len(ref):
         raise DocnmtError(document_counts(args.src, len(src), args.ref, len(ref)))
@@ -174,3 +187,14 @@ def cmd_score(args) -> int:
     if not args.quiet:
         print(score_summary(scores, words), file=sys.stderr)
     return 0
+
+
+def refuse_kept(paths: list[str], fmt: str) -> None:
+    """``score`` reads sentences in the formats ``prepare`` reads: an SRT, DOCX, Markdown... file
+    would be read as lines (an SRT's cue numbers and timings as sentences), so it is one error line."""
+    from ..readers.filetypes import kept_format
+    for path in paths:
+        kind = kept_format(path, None) if fmt == "auto" else None
+        if kind:
+            raise DocnmtError(f"{path}: score reads the formats of docnmt prepare, not {kind}; "
+                              "translate the file with --output-format jsonl to get its sentences")

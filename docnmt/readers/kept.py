@@ -159,12 +159,51 @@ class Pieces:
             else:
                 scale = len(tgt) / max(len(sent.text), 1)
                 pieces = distribute(tgt, [round(c * scale) for c in sent.cuts])
+                _punctuation_back(pieces, [self.units[sent.unit].parts[k] for k in sent.parts])
+            spaced = _after_space(tgt, pieces)
+            unit = self.units[sent.unit]
             for n, (k, piece) in enumerate(zip(sent.parts, pieces)):
                 if piece:
                     joint = got[sent.unit][k] and not (n == 0 and sent.glued)
+                    joint = joint or (n > 0 and spaced[n] and pieces[n - 1] and _touching(unit, k))
                     got[sent.unit][k].append(" " + piece if joint else piece)
         return [[_with_space(p, "".join(new)) for p, new in zip(unit.parts, new_parts)]
                 for unit, new_parts in zip(self.units, got)]
+
+
+CLOSING = re.compile(r"^[,.;:!?…)\]}»”’]+")
+
+
+def _punctuation_back(pieces: list[str], parts: list[str]) -> None:
+    """Closing punctuation a cut left at the start of a piece goes back to the end of the piece
+    before, unless the source's part starts with punctuation too: ``Hello everyone,</i> and`` gave
+    ``monde</i> , et`` (the part keeps its leading space), now ``monde,</i> et``."""
+    for n in range(1, len(pieces)):
+        m = CLOSING.match(pieces[n])
+        before = next((p for p in range(n - 1, -1, -1) if pieces[p]), None)     # the last piece with text
+        if m and before is not None and not CLOSING.match(parts[n].strip()):
+            pieces[before] += m.group()
+            pieces[n] = pieces[n][m.end():].lstrip()
+
+
+def _after_space(text: str, pieces: list[str]) -> list[bool]:
+    """For each piece (consecutive stripped pieces of ``text``): whether a space of ``text`` stands
+    just before it, i.e. the cut that started it dropped one."""
+    out, at = [], 0
+    for piece in pieces:
+        k = text.find(piece, at) if piece else at
+        out.append(k > 0 and text[k - 1] == " ")
+        at = k + len(piece)
+    return out
+
+
+def _touching(unit: Unit, k: int) -> bool:
+    """Whether parts k - 1 and k of ``unit`` meet with nothing between them (no whitespace, no line
+    break or tab): a space the cut dropped there must be put back, or two words run together
+    (``Thank you</c>, merci`` translated ``Merci, c'est</c>la merci``)."""
+    before, after = unit.parts[k - 1], unit.parts[k]
+    return (unit.joiners[k - 1] == "" and before != "" and not before[-1].isspace()
+            and after != "" and not after[0].isspace())
 
 
 def _with_space(part: str, text: str) -> str:
@@ -185,14 +224,19 @@ def _cost(a: str, b: str) -> float | None:
     return 0.5 if a.isalnum() or b.isalnum() else 0.75
 
 
+UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# scripts written without spaces (Thai, Lao, Myanmar, kana, CJK): a text of them may be cut anywhere
+
+
 def distribute(text: str, cuts: list[int]) -> list[str]:
     """``text`` cut into ``len(cuts) + 1`` pieces, each cut moved to the nearest word boundary
     (a space, dropped; less gladly a place beside punctuation: :func:`_cost` adds to the distance);
-    anywhere where ``text`` has no space. Every piece gets something while ``text`` has enough
+    anywhere where ``text`` has no space and is of a script written without spaces (``UNSPACED``;
+    a one-word translation, ``Oui.``, is not cut inside its word). Every piece gets something while ``text`` has enough
     boundaries; pieces are stripped."""
     if not cuts:
         return [text]
-    if " " in text:
+    if " " in text or not UNSPACED.search(text):
         cost = {k: c for k in range(1, len(text)) if (c := _cost(text[k - 1], text[k])) is not None}
     else:
         cost = {k: 0 for k in range(1, len(text))}
