@@ -100,7 +100,8 @@ def read(data: bytes, name: str, split: Splitter, **_) -> Layout:
 
     def build(new: list[list[str]]) -> bytes:
         got = [t for unit in new for t in unit]
-        out = [text[s:e] if t == old else html.escape(t, quote=False) for (s, e), t, old in zip(flat, got, shown)]
+        out = [text[s:e] if t.split() == old.split() else html.escape(t, quote=False)   # unchanged: as it was
+               for (s, e), t, old in zip(flat, got, shown)]
         return replace_spans(text, flat, out).encode("utf-8")
     pieces = Pieces([Unit([shown[k] for k in range(a, a + len(u))], j)
                      for a, u, j in zip(_offsets(units), units, joiners)], split)
