@@ -130,3 +130,11 @@ def test_a_corrupt_docx_is_one_cli_error_line(cli_error, tmp_path):
     line = cli_error("translate", tmp_path / "no-model", "-i", bad, "-o", tmp_path / "o.docx")
     assert f"{bad}: not a DOCX file" in line
     assert kept_format("report.bin", sample()) == "docx"           # a zip by its content
+
+
+def test_a_docx_is_not_written_to_a_terminal(cli_error, tmp_path, monkeypatch):
+    import docnmt.cli.kept
+    good = tmp_path / "report.docx"
+    good.write_bytes(sample())
+    monkeypatch.setattr(docnmt.cli.kept, "_terminal", lambda: True)
+    assert "binary file: give -o" in cli_error("translate", tmp_path / "no-model", "-i", good)

@@ -20,6 +20,10 @@ def add_kept_flags(g) -> None:
                    help="SRT and WebVTT: wrap every cue's translation anew into lines of at most N characters")
 
 
+def _terminal() -> bool:
+    return sys.stdout.isatty()
+
+
 def read_kept_input(args, inputs: list[str]):
     """The input as a :class:`~docnmt.readers.kept.Layout` when it is one of these formats (by
     ``--format``, else its extension, else its content), else None."""
@@ -38,6 +42,8 @@ def read_kept_input(args, inputs: list[str]):
         return None
     if len(inputs) > 1:
         raise DocnmtError(f"{fmt} input: give one file at a time (-i FILE -o FILE)")
+    if fmt == "docx" and not args.output and args.output_format == "marker" and _terminal():
+        raise DocnmtError("a translated DOCX is a binary file: give -o FILE.docx (or redirect standard output)")
     data = _read(inputs[0]) if data is None else data
     name = "<stdin>" if inputs == ["-"] else inputs[0]
     return read_kept(data, name, fmt, args.lang, args.max_line_chars), name
