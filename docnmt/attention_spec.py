@@ -59,9 +59,15 @@ class MaskPart:
         holds (one compile per length difference would use up its recompile limit)."""
         return None
 
+    @property
+    def foldable(self) -> bool:
+        """Whether :meth:`fold` applies: the beams of one input may share its keys, their queries
+        folded into one row (a key-level part; or a part that folds its per-query state along)."""
+        return self.key_level
+
     def fold(self, beams: int) -> "MaskPart":
-        """The part for one row per input when ``beams`` consecutive rows share their keys
-        (only asked of ``key_level`` parts)."""
+        """The part for one row per input when ``beams`` consecutive rows share their keys, their
+        queries folded into one row, beam by beam (only asked of ``foldable`` parts)."""
         raise NotImplementedError(f"{type(self).__name__} cannot be folded over beams")
 
 
@@ -114,8 +120,13 @@ class Groups(MaskPart):
     def __init__(self, q_tags: Tensor, k_tags: Tensor):
         self.q_tags, self.k_tags = q_tags, k_tags
 
+    foldable = True     # the query tags fold with the queries: beams share the source's tags
+
     def dense(self, n_q, n_k, device):
         return group_mask(self.q_tags, self.k_tags)
+
+    def fold(self, beams):
+        return Groups(self.q_tags.reshape(-1, beams * self.q_tags.size(1)), self.k_tags[::beams])
 
     def mask_mod(self, B, n_q, n_k, device):
         q_tags, k_tags = self.q_tags, self.k_tags
