@@ -274,7 +274,7 @@ class MultiheadAttention(nn.Module):
         if k.size(0) == b:
             return attention_sdpa(q, k, v, spec, dropout, self.settings)
         beams = b // k.size(0)
-        if spec.bias is not None or not all(p.key_level for p in spec.parts):
+        if spec.bias is not None or not all(p.foldable for p in spec.parts):
             k, v = (t.repeat_interleave(beams, 0) for t in (k, v))
             return attention_sdpa(q, k, v, spec, dropout, self.settings)
 
@@ -289,8 +289,9 @@ class MultiheadAttention(nn.Module):
 
 def _foldable(spec: AttnSpec) -> bool:
     """Whether beams of one input can share its keys in this attention: nothing in the spec
-    depends on the query row beyond a per-row logit scale, and every part restricts keys only."""
-    return (spec.bias is None and all(p.key_level for p in spec.parts)
+    depends on the query row beyond a per-row logit scale, and every part restricts keys only
+    or folds with the queries (G-Transformer's group tags in cross-attention)."""
+    return (spec.bias is None and all(p.foldable for p in spec.parts)
             and (spec.scale is None or spec.scale.size(-2) == 1))
 
 

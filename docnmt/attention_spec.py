@@ -59,9 +59,15 @@ class MaskPart:
         holds (one compile per length difference would use up its recompile limit)."""
         return None
 
+    @property
+    def foldable(self) -> bool:
+        """Whether :meth:`fold` applies: the beams of one input may share its keys, their queries
+        folded into one row (a key-level part; or a part that folds its per-query state along)."""
+        return self.key_level
+
     def fold(self, beams: int) -> "MaskPart":
-        """The part for one row per input when ``beams`` consecutive rows share their keys
-        (only asked of ``key_level`` parts)."""
+        """The part for one row per input when ``beams`` consecutive rows share their keys, their
+        queries folded into one row, beam by beam (only asked of ``foldable`` parts)."""
         raise NotImplementedError(f"{type(self).__name__} cannot be folded over beams")
 
 
@@ -114,8 +120,13 @@ class Groups(MaskPart):
     def __init__(self, q_tags: Tensor, k_tags: Tensor):
         self.q_tags, self.k_tags = q_tags, k_tags
 
+    foldable = True     # the query tags fold with the queries: beams share the source's tags
+
     def dense(self, n_q, n_k, device):
         return group_mask(self.q_tags, self.k_tags)
+
+    def fold(self, beams):
+        return Groups(self.q_tags.reshape(-1, beams * self.q_tags.size(1)), self.k_tags[::beams])
 
     def mask_mod(self, B, n_q, n_k, device):
         q_tags, k_tags = self.q_tags, self.k_tags
@@ -238,14 +249,16 @@ def dense_bias(bias) -> Tensor:
     return bias.dense() if hasattr(bias, "dense") else bias
 
 
-def attention_weights(q: Tensor, k: Tensor, spec: AttnSpec) -> Tensor:
-    """Explicit softmax attention weights (B, h, nq, nk), in fp32."""
+def attention_weights(q: Tensor, k: Tensor, spec: AttnSpec, blocked: Tensor | None = None) -> Tensor:
+    """Explicit softmax attention weights (B, h, nq, nk), in fp32 (``blocked``: the spec's
+    blocked-mask when the caller has it already)."""
     if spec.scale is not None:
         q = q * spec.scale
     logits = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
     if spec.bias is not None:
         logits = logits + dense_bias(spec.bias)
-    blocked = spec.blocked(q.size(-2), k.size(-2), q.device)
+    if blocked is None:
+        blocked = spec.blocked(q.size(-2), k.size(-2), q.device)
     if blocked is not None:
         logits = logits.masked_fill(blocked, torch.finfo(logits.dtype).min)
     return torch.softmax(logits.float(), dim=-1)
@@ -255,7 +268,25 @@ def attention_reference(q: Tensor, k: Tensor, v: Tensor, spec: AttnSpec, dropout
                         settings=None) -> Tensor:
     """Explicit softmax attention on (B, h, n, d_h) tensors; the reference every kernel is tested
     against. It takes ``attention_sdpa``'s arguments, so it can stand in for it (``settings``, the
-    model's kernel choices, mean nothing here)."""
-    weights = attention_weights(q, k, spec).to(v.dtype)
+    model's kernel choices, mean nothing here). On the CPU, keys that no query sees at either
+    end (a group mask's earlier sentences, padding) are left out first: a blocked key's weight
+    is exactly zero, so a decoding step's group attention over a long document costs what the
+    visible span costs."""
+    blocked = spec.blocked(q.size(-2), k.size(-2), q.device)
+    if blocked is not None and spec.bias is None and not q.is_cuda and blocked.size(-1) == k.size(-2):
+        k, v, blocked = _visible_span(k, v, blocked)
+    weights = attention_weights(q, k, spec, blocked).to(v.dtype)
     weights = F.dropout(weights, dropout, training=dropout > 0)
     return weights @ v
+
+
+def _visible_span(k: Tensor, v: Tensor, blocked: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Keys, values and mask cut to the span between the first and the last key any query sees
+    (one host read: for the CPU, where it is cheap)."""
+    seen = (~blocked.reshape(-1, blocked.size(-1))).any(0).nonzero()
+    if seen.numel() == 0:
+        return k, v, blocked
+    lo, hi = int(seen[0]), int(seen[-1]) + 1
+    if hi - lo == k.size(-2):
+        return k, v, blocked
+    return k[..., lo:hi, :], v[..., lo:hi, :], blocked[..., lo:hi]

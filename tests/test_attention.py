@@ -403,3 +403,20 @@ def test_spec_parts_read_back_as_the_old_fields():
         spec.replace(mask=None)
     again = spec.replace(scale=torch.ones(1))
     assert again.parts == spec.parts and again.scale is not None and spec.scale is None
+
+
+def test_reference_attention_leaves_out_the_keys_no_query_sees():
+    """A decoding step's group attention reads only the span of keys some query sees (the
+    current sentences of a long document): the same output as the softmax over every key, whose
+    blocked weights are zero."""
+    from docnmt.attention_spec import _visible_span, attention_weights
+    torch.manual_seed(0)
+    B, h, n, d = 3, 2, 40, 8
+    q, k, v = torch.randn(B, h, 1, d), torch.randn(B, h, n, d), torch.randn(B, h, n, d)
+    k_tags = torch.arange(n).div(10, rounding_mode="floor").expand(B, n) + 1       # four sentences of ten keys
+    spec = AttnSpec(groups=(torch.tensor([[2], [3], [2]]), k_tags), mask=torch.zeros(B, 1, 1, n, dtype=torch.bool))
+    want = attention_weights(q, k, spec) @ v                                        # every key
+    blocked = spec.blocked(1, n, q.device)
+    cut_k, _, cut_blocked = _visible_span(k, v, blocked)
+    assert cut_k.size(-2) == 20 and torch.equal(cut_k, k[:, :, 10:30]) and cut_blocked.size(-1) == 20
+    torch.testing.assert_close(attention_reference(q, k, v, spec), want, rtol=1e-6, atol=1e-6)

@@ -335,6 +335,30 @@ def test_incremental_decoding_equals_full_forward(length_aware, positions, monke
     torch.testing.assert_close(steps, full.detach(), rtol=1e-4, atol=1e-5)
 
 
+def test_beam_search_keeps_the_source_keys_once_per_input():
+    """Group cross-attention folds the beams into its query axis, their query tags along (each
+    beam may be in another sentence): its keys are stored once per input like the global ones,
+    not copied to every beam (docs/performance.md#document-models), and the beams still get
+    the states of per-beam copies."""
+    torch.manual_seed(0)
+    model = build(CFG, OPTS, BOS, EOD).eval()
+    B, K = 2, 3
+    src = padded([doc(3, 2, 2), doc(2, 4)])
+    # the beams of an input part at the second sentence's <s> (step 5): other tags, same keys
+    tgt = torch.tensor([[EOD, BOS, 5, 6, EOS, BOS, 7], [EOD, BOS, 5, 6, 7, 8, 9], [EOD, BOS, 5, EOS, BOS, 6, 7]])
+    tgt = tgt.repeat(B, 1)
+    with torch.no_grad():
+        enc = model.encode(src)
+        copies, shared = enc.select(torch.arange(B).repeat_interleave(K)), enc.expand_beams(K)
+        c_copies, c_shared = DecoderCache(), DecoderCache()
+        for t in range(tgt.size(1)):
+            a = model.decode(tgt[:, : t + 1], copies, c_copies)
+            b = model.decode(tgt[:, : t + 1], shared, c_shared)
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    cross = [n for n in c_shared._static if ".cross" in n]
+    assert len(cross) == 2 * CFG.decoder_layers - 1 and all(c_shared.static(n)[0].size(0) == B for n in cross)
+
+
 # ---- the frame decoder (docs/methods/gtransformer.md#decoding-the-sentence-frame) -------------
 
 def test_frame_decoding_keeps_the_source_sentence_structure():
