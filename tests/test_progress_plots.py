@@ -7,12 +7,12 @@ import shutil
 import pytest
 
 from _tiny import tiny_config
-from docnmt import probe
+from docnmt import probe, progress_log
 from docnmt.checkpoint import WEIGHTS, save_weights
 from docnmt.config import Config
 from docnmt.document import Document
 from docnmt.methods import build_model
-from docnmt.training import Trainer, learning_curve, run_end, run_kind, validation
+from docnmt.training import Trainer, learning_curve, run_end, run_kind
 from docnmt.training import trainer as trainer_module
 
 
@@ -64,8 +64,8 @@ def bars(monkeypatch):
             super().__init__(*args, **kwargs)
             self.made_with = kwargs
             made.append(self)
-    monkeypatch.setattr(trainer_module, "tqdm", Recorder)
-    monkeypatch.setattr(validation, "tqdm", Recorder)
+    monkeypatch.setattr(progress_log, "tqdm", Recorder)       # every bar is made there: tqdm's, as on a terminal
+    monkeypatch.setattr(progress_log, "_is_terminal", lambda stream: True)
     return made
 
 

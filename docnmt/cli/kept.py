@@ -68,7 +68,9 @@ def translate_kept(translator, cfg, kept, args):
     from ..translate_io import write_translations
     layout, name = kept
     if args.output_format == "marker" and (args.print_scores or cfg.decode.nbest > 1):
-        raise DocnmtError("--print-scores and --nbest: a file written back in its own format has no place for "
+        given = " and ".join(f for f, on in (("--print-scores", args.print_scores),
+                                             ("--nbest", cfg.decode.nbest > 1)) if on)
+        raise DocnmtError(f"{given}: a file written back in its own format has no place for "
                           "scores or alternatives; add --output-format jsonl")
     doc = Document(Path(name).name, layout.sentences)
     limit = cfg.model.max_positions - 2

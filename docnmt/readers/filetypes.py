@@ -70,9 +70,9 @@ def read_kept(data: bytes, name: str, fmt: str, lang: str | None = "en", max_lin
     ``lang`` (None: a paragraph is a sentence); an error naming ``name`` when it is damaged or has
     no text."""
     if max_line_chars is not None and max_line_chars < 1:
-        raise DataError(f"max line chars {max_line_chars}: give a positive number")
+        raise DataError(f"--max-line-chars (max_line_chars) {max_line_chars}: give a positive number")
     if max_line_chars is not None and fmt not in ("srt", "vtt"):
-        raise DataError(f"max line chars: only for SRT and WebVTT subtitles, not {fmt}")
+        raise DataError(f"--max-line-chars (max_line_chars) is only for SRT and WebVTT subtitles, not {fmt}")
     layout = KEPT[fmt].read(data, name, splitter(lang), max_line_chars=max_line_chars)
     if not layout.sentences:
         raise DataError("no text to translate", name)
