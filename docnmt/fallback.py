@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from .data import sent_instances
 from .document import Document
+from .errors import DocnmtError
 
 AUTO_MODES = ("doc2doc", "mr", "pseudodoc")      # data.mode: outputs that can lose a sentence
 
@@ -108,7 +109,11 @@ def sentence_model(translator, path: str):
     directory that holds no model: ``docnmt translate`` asks before decoding)."""
     models = translator.__dict__.setdefault("fallback_models", {})
     if path not in models:
-        models[path] = type(translator).load(path, device=str(translator.device))
+        other = type(translator).load(path, device=str(translator.device))
+        if other.cfg.data.mode in AUTO_MODES:
+            raise DocnmtError(f"--fallback-model {path}: a {other.cfg.data.mode} model can lose sentences too; "
+                              "name a sentence-level model (Sent2Sent, Doc2Sent or a context encoder)")
+        models[path] = other
     return models[path]
 
 

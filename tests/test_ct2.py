@@ -125,6 +125,8 @@ def test_engine_ctranslate2_refuses_other_architectures(tiny_model, tmp_path, cl
     line = cli_error("translate", tiny_model("sent2sent"), "-i", src, "--engine", "ctranslate2",
                      "--no-repeat-ngram-size", "2")
     assert "no-repeat-ngram-size" in line
+    line = cli_error("translate", tiny_model("doc2doc"), "-i", src, "--engine", "ctranslate2", "--sliding")
+    assert "--sliding" in line and "--engine docnmt" in line
 
 
 def test_int8_is_close_to_fp32(tiny_model):

@@ -150,6 +150,12 @@ def test_a_bad_fallback_is_one_error_line(cli_error, tmp_path, vocab):
     assert "auto, sentence or none" in cli_error("translate", str(model), "-i", str(src), "--fallback", "always")
     assert "not a docnmt model directory" in cli_error("translate", str(model), "-i", str(src), "--fallback-model",
                                                        str(tmp_path))
+    # a document model as the fallback model (it can lose sentences too), and a model given with the fallback off
+    assert "a doc2doc model can lose sentences too" in cli_error("translate", str(model), "-i", str(src),
+                                                                  "--fallback-model", str(model))
+    other = save(translator(vocab, "transformer_tiny"), tmp_path / "sentence")
+    assert "--fallback is none" in cli_error("translate", str(model), "-i", str(src), "--fallback", "none",
+                                             "--fallback-model", str(other))
 
 
 def test_a_stream_counts_the_repairs_of_every_document(vocab, monkeypatch, tmp_path, run_cli):

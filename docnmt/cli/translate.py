@@ -68,6 +68,9 @@ def cmd_translate(args) -> int:
     kept = read_kept_input(args, inputs)      # SRT, WebVTT, DOCX, Markdown, HTML, text: written back whole
     translator = Translator.load(args.model, args.checkpoint, args.device)
     translator.cfg = cfg = decoding_config(args, translator.cfg)
+    if args.fallback_model and cfg.decode.fallback == "none":
+        raise DocnmtError("--fallback-model names the model the fallback uses, but --fallback is none: "
+                          "give one of them")
     if cfg.decode.fallback_model and cfg.decode.fallback != "none":      # a bad directory: an error before decoding
         from ..fallback import sentence_model
         sentence_model(translator, cfg.decode.fallback_model)

@@ -81,17 +81,32 @@ class CT2Engine:
         suppress = [[self.tokens[i]] for i in sorted(set(banned) - {eos})]
         end = self.tokens[eos]
         out: list[list[Hypothesis]] = [[] for _ in rows]
-        for limit in sorted(set(limits)):
-            group = [k for k, n in enumerate(limits) if n == limit]
-            pre = len(self.prefix)
-            results = self.ct.translate_batch(
-                [rows[k] for k in group], [self.prefix] * len(group) if pre else None, beam_size=cfg.beam, patience=1,
-                num_hypotheses=cfg.nbest, length_penalty=cfg.lenpen, max_decoding_length=limit + pre,
-                min_decoding_length=cfg.min_len + pre, suppress_sequences=suppress or None, end_token=end,
-                return_scores=True, max_input_length=0)
-            for k, res in zip(group, results):
-                out[k] = [Hypothesis([self.ids[t] for t in hyp[pre:]], float(score))
-                          for hyp, score in zip(res.hypotheses, res.scores)]
+        # one call for the whole batch at its longest limit; an input whose search came near its own
+        # limit (where docnmt ends every hypothesis) is decoded again with that limit, inputs of one
+        # limit together: the others never reached it, so their search is the one docnmt's limit gives
+        redo = self._translate(rows, list(range(len(rows))), max(limits), cfg, suppress, end, out, limits)
+        for limit in sorted({limits[k] for k in redo}):
+            self._translate(rows, [k for k in redo if limits[k] == limit], limit, cfg, suppress, end, out)
+        return out
+
+    def _translate(self, rows, group: list[int], limit: int, cfg, suppress, end, out, limits=None) -> list[int]:
+        """Translate inputs ``group`` with output limit ``limit`` into ``out``; with ``limits`` (each
+        input's own), return the inputs whose search reached within one token of their own limit
+        (left out of ``out``)."""
+        pre = len(self.prefix)
+        results = self.ct.translate_batch(
+            [rows[k] for k in group], [self.prefix] * len(group) if pre else None, beam_size=cfg.beam, patience=1,
+            num_hypotheses=max(cfg.beam, cfg.nbest) if limits else cfg.nbest, length_penalty=cfg.lenpen,
+            max_decoding_length=limit + pre, min_decoding_length=cfg.min_len + pre,
+            suppress_sequences=suppress or None, end_token=end, return_scores=True, max_input_length=0)
+        redo = []
+        for k, res in zip(group, results):
+            if limits is not None and max(len(h) - pre for h in res.hypotheses) + 1 >= limits[k]:
+                redo.append(k)
+                continue
+            out[k] = [Hypothesis([self.ids[t] for t in hyp[pre:]], float(score))
+                      for hyp, score in list(zip(res.hypotheses, res.scores))[: cfg.nbest]]
+        return redo
         return out
 
 
@@ -101,6 +116,11 @@ def engine_for(translator, search):
     if getattr(search, "engine", "docnmt") != "ctranslate2":
         return None
     check_search(search)
+    from ..methods import walk_flag
+    walk = walk_flag(translator.cfg, search)
+    if walk:
+        raise DocnmtError(f"--engine ctranslate2 decodes plain instances only, not with {walk} (it forces earlier "
+                          "translations as a prefix): leave it out or use --engine docnmt")
     engines = translator.__dict__.setdefault("_engines", {})
     key = ("ctranslate2", search.precision)
     if key not in engines:

@@ -214,6 +214,16 @@ def decode_walk(cfg, search) -> Walk:
     return Walk()
 
 
+def walk_flag(cfg, search) -> str | None:
+    """The flag of the extension whose walk decodes ``cfg``'s documents with ``search``
+    (``--sliding``; its name where it has no flag), or None for the default round of instances."""
+    for ext in _hooks(cfg.method_name):
+        if ext.walk is not None and ext.walk(cfg, search) is not None:
+            flags = [s.flag for s in getattr(ext, "settings", ()) if s.flag and s.section == "decode"]
+            return flags[0] if flags else ext.name
+    return None
+
+
 def start_token(translator, search, first: int) -> int | None:
     """The decoder's start token an extension asks for, or None (the format's)."""
     for ext in _hooks(translator.cfg.method_name):
