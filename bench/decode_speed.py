@@ -1,7 +1,8 @@
 """Decoding speed of one model on a CPU: docnmt fp32 and int8 against CTranslate2 fp32 and int8
 (``--engine ctranslate2``, docs/performance.md#ctranslate2), the same documents, beam, batches and
 threads; CTranslate2 alone (``ctranslate2-alone``: one ``translate_batch`` call over every sentence, its
-own batching), the ceiling of what the engine can give; and whether the greedy outputs of docnmt and CTranslate2 (fp32) are identical.
+own batching), the ceiling of what the engine can give; and whether the greedy outputs of docnmt and
+CTranslate2 (fp32) are identical.
 
     python bench/decode_speed.py --model DIR --src FILE [--ref FILE] [--sentences 1000] [--beam 5]
                                  [--batch-size 64] [--threads 2] [--repeats 1] [--name NAME]

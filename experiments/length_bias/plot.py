@@ -71,8 +71,9 @@ def plot(models: dict[str, dict], dest: Path, train_budget: int) -> None:
     import matplotlib.pyplot as plt
     x = budget_axis(models)
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    colours = {name: f"C{i}" for i, name in enumerate(models)}
     for label, points in lines(models):
-        ax.plot([x[b] for b, _ in points], [y for _, y in points], marker="o",
+        ax.plot([x[b] for b, _ in points], [y for _, y in points], marker="o", color=colours[label.split(" (")[0]],
                 linestyle="--" if label.endswith("(sliding)") else "-", label=label)
     ticks = sorted(x.items(), key=lambda kv: kv[1])
     ax.set_xticks([v for _, v in ticks], [str(b) if b else "whole" for b, _ in ticks])
