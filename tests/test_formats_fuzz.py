@@ -20,7 +20,8 @@ PIECES = st.sampled_from([
     b"\n", b"\r\n", b"Hello there. ", b"Mr. Smith ", b"went home.\n", b"<i>", b"</i>", b"{\\an8}", b"<v Roger>",
     b"# ", b"> ", b"- ", b"| a | b |\n", b"|---|---|\n", b"```\n", b"    ", b"`code`", b"[link](http://x.y/z)",
     b"**", b"_", b"\\*", b"<p>", b"</p>", b"<br>", b"<script>", b"</script>", b"<!-- c -->", b"&amp;", b"&",
-    b"\xff", b"\xc3", b"\xef\xbb\xbf", b"\t", "caf\u00e9 \u4f60\u597d\u3002".encode(), b"---\n"])
+    b"\xff", b"\xc3", b"\xef\xbb\xbf", b"\t", "caf\u00e9 \u4f60\u597d\u3002".encode(), b"---\n",
+    b'<img alt="A &amp; b" src=x>', b"<a title='it' href=y>", b"<input placeholder=Type>", b'![a dog](d.png "T")'])
 FILES = st.one_of(st.binary(max_size=120), st.lists(PIECES, max_size=40).map(b"".join))
 WORDS = st.lists(st.text(max_size=12), max_size=60)
 

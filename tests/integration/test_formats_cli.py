@@ -21,7 +21,9 @@ def timing_lines(data: bytes) -> list[str]:
 
 
 def tags(data: bytes) -> list[str]:
-    return re.findall(r"<[^>]*>", data.decode())
+    """The tags as written, the values of the attributes that are translated left out."""
+    return [re.sub(r'\b(alt|title|placeholder|aria-label)="[^"]*"', r"\1", t)
+            for t in re.findall(r"<[^>]*>", data.decode())]
 
 
 def same_docx(a: bytes, b: bytes) -> bool:
@@ -33,7 +35,7 @@ def same_docx(a: bytes, b: bytes) -> bool:
 def markdown_kept(src: bytes, out: bytes) -> bool:
     kept = ["---\ntitle: Front matter stays\n---\n# ", '```python\nprint("code is never translated")\n```\n',
             "    indented code stays too\n\n[ref]: https://example.com/ref\n", "`inline code`",
-            '](https://example.com/a_b "a title")', "https://example.org/raw", "|------|-------|\n|", "\n> "]
+            '](https://example.com/a_b "', "https://example.org/raw", "|------|-------|\n|", "\n> "]
     return all(k in out.decode() for k in kept) and out.count(b"\n") == src.count(b"\n")
 
 
@@ -41,7 +43,7 @@ CASES = [("talk.srt", SRT, [], lambda a, b: timing_lines(a) == timing_lines(b)),
          ("talk.vtt", VTT, [], lambda a, b: timing_lines(a) == timing_lines(b) and b"NOTE written by hand," in b),
          ("report.docx", sample(), [], same_docx),
          ("notes.md", MARKDOWN, [], markdown_kept),
-         ("page.html", HTML, [], lambda a, b: tags(a) == tags(b) and b"pre text stays" in b),
+         ("page.html", HTML, [], lambda a, b: tags(a) == tags(b) and b"pre text stays" in b and b'class="big"' in b),
          ("story.txt", TEXT, ["--format", "text"], lambda a, b: a.count(b"\n") == b.count(b"\n"))]
 
 
