@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from run import HERE, METHODS, ROOT, TINY, docnmt
 
 AIDS = {"none": [], "coword": ["--coword-dropout", 0.1], "split": ["--split-pairs", 0.3],
