@@ -91,6 +91,22 @@ def test_a_one_word_translation_is_not_cut_inside_its_word():
     assert distribute("สวัสดีครับ", [5]) == ["สวัสด", "ีครับ"]          # Thai: any character boundary
 
 
+@pytest.mark.parametrize("crlf", [False, True])
+def test_a_cue_left_without_text_keeps_its_timing_and_no_empty_line(crlf):
+    """A question over two cues answered in one word: the second cue gets nothing and is written
+    as its number and timing, with no empty text line before the blank line that ends it (which
+    players would show as an empty subtitle line, and some parsers read as the cue's end)."""
+    srt = ("1\n00:00:01,000 --> 00:00:02,000\nAre you coming\n\n2\n00:00:02,000 --> 00:00:03,000\n"
+           "to the party tonight?\n\n3\n00:00:04,000 --> 00:00:05,000\nYes.\n")
+    nl = "\r\n" if crlf else "\n"
+    layout = read_kept(srt.replace("\n", nl).encode(), "a.srt", "srt")
+    assert layout.sentences == ["Are you coming to the party tonight?", "Yes."]
+    out = layout.write(["Oui.", "Oui."]).decode()
+    assert out == ("1\n00:00:01,000 --> 00:00:02,000\nOui.\n\n2\n00:00:02,000 --> 00:00:03,000\n\n"
+                   "3\n00:00:04,000 --> 00:00:05,000\nOui.\n").replace("\n", nl)
+    assert read_kept(out.encode(), "b.srt", "srt").sentences == ["Oui.", "Oui."]    # it reads back
+
+
 def test_a_space_the_cut_drops_between_touching_parts_is_put_back():
     """Parts that meet with nothing between them (``<c.yellow>Thank you</c>, <lang fr>merci``):
     a cut at a space of the translation keeps a space there, else two words run together

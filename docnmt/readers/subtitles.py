@@ -96,7 +96,10 @@ def read(data: bytes, name: str, split: Splitter, vtt: bool = False, max_line_ch
                 got = [_written(*next(runs), vtt) for _ in cuts]
                 if "".join(got).strip() or not "".join(line.text[s:e] for s, e in cuts).strip():
                     lines.append(replace_spans(line.text, cuts, got))
-            if cue.lines:
+            if cue.lines and not lines:         # every line empty: the cue keeps its number and timing only
+                spans.append((cue.lines[0].start - len(newline), cue.lines[-1].end))
+                texts.append("")
+            elif cue.lines:
                 spans.append((cue.lines[0].start, cue.lines[-1].end))
                 texts.append(newline.join(_wrapped(" ".join(lines), max_line_chars) if max_line_chars else lines))
         return replace_spans(text, spans, texts).encode("utf-8")
