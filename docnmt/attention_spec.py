@@ -24,7 +24,12 @@ the others are never chosen (docs/attention.md). Beside its parts a spec holds w
   per-head (and scaled) queries and the attention module's name, called before attending
   (per-layer tables); it may return a :class:`~docnmt.kernels.RelativeLogits` (relative positions);
 * ``scale``: a per-query multiplier of the logits (length-aware attention,
-  docs/methods/length_bias.md).
+  docs/methods/length_bias.md);
+* ``first_key``: in incremental decoding, the first key position (absolute) that no query of
+  this step or a later one sees anything before (the G-Transformer's current sentences): a
+  self-attention cache may drop the earlier keys (:meth:`DecoderCache.forget
+  <docnmt.decoder_state.DecoderCache.forget>`), and :meth:`AttnSpec.keys_from` cuts the parts'
+  key side to the keys kept. None: every key may be seen again.
 
 The keywords ``mask``, ``is_causal``, ``groups`` and ``visible`` of :class:`AttnSpec` build the
 core's parts, and the properties of the same names read them back.
@@ -65,6 +70,11 @@ class MaskPart:
         folded into one row (a key-level part; or a part that folds its per-query state along)."""
         return self.key_level
 
+    def keys_from(self, first: int) -> "MaskPart":
+        """The part for the keys from index ``first`` on (a cache that forgot the earlier ones:
+        ``AttnSpec.first_key``); a part that cannot say raises."""
+        raise NotImplementedError(f"{type(self).__name__} cannot drop keys (AttnSpec.first_key)")
+
     def fold(self, beams: int) -> "MaskPart":
         """The part for one row per input when ``beams`` consecutive rows share their keys, their
         queries folded into one row, beam by beam (only asked of ``foldable`` parts)."""
@@ -94,6 +104,11 @@ class Mask(MaskPart):
     def fold(self, beams):
         return Mask(self.blocked[::beams])
 
+    def keys_from(self, first):
+        if self.visible is not None:
+            raise NotImplementedError("a visible mask_mod cannot drop keys (AttnSpec.first_key)")
+        return self if self.blocked.size(-1) == 1 else Mask(self.blocked[..., first:])
+
 
 class Causal(MaskPart):
     """Query i sees keys up to its own position, queries aligned to the last keys (a single,
@@ -110,6 +125,9 @@ class Causal(MaskPart):
         bound = torch.tensor(n_k - n_q, device=device)
         return lambda b, h, i, j: j <= i + bound
 
+    def keys_from(self, first):
+        return self         # queries align to the last keys: dropping the first ones changes nothing
+
 
 class Groups(MaskPart):
     """Sentence groups: a query tagged g > 0 sees only keys tagged g; tag-0 queries are
@@ -124,6 +142,9 @@ class Groups(MaskPart):
 
     def dense(self, n_q, n_k, device):
         return group_mask(self.q_tags, self.k_tags)
+
+    def keys_from(self, first):
+        return Groups(self.q_tags, self.k_tags[:, first:])
 
     def fold(self, beams):
         return Groups(self.q_tags.reshape(-1, beams * self.q_tags.size(1)), self.k_tags[::beams])
@@ -146,13 +167,14 @@ class AttnSpec:
     def __init__(self, mask: Tensor | None = None, is_causal: bool = False, q_add: Tensor | None = None,
                  k_add: Tensor | None = None, bias=None, scale: Tensor | None = None,
                  groups: tuple[Tensor, Tensor] | None = None, visible: MaskMod | None = None,
-                 parts: tuple[MaskPart, ...] | list[MaskPart] = ()):
+                 parts: tuple[MaskPart, ...] | list[MaskPart] = (), first_key: int | None = None):
         if visible is not None and mask is None:
             raise ValueError("visible is the mask as a mask_mod: give the dense mask too (the other kernels read it)")
         self.parts: list[MaskPart] = [*([Mask(mask, visible)] if mask is not None else []),
                                       *([Groups(*groups)] if groups is not None else []),
                                       *([Causal()] if is_causal else []), *parts]
         self.q_add, self.k_add, self.bias, self.scale = q_add, k_add, bias, scale
+        self.first_key = first_key
         self.block_masks: dict = {}       # FlexAttention's block masks of this spec, by shape
 
     def __repr__(self) -> str:
@@ -165,11 +187,23 @@ class AttnSpec:
 
     def replace(self, **fields) -> "AttnSpec":
         """A copy with ``q_add``, ``k_add``, ``bias`` or ``scale`` replaced (the same parts)."""
-        out = AttnSpec(q_add=self.q_add, k_add=self.k_add, bias=self.bias, scale=self.scale, parts=self.parts)
+        out = AttnSpec(q_add=self.q_add, k_add=self.k_add, bias=self.bias, scale=self.scale, parts=self.parts,
+                       first_key=self.first_key)
         for name, value in fields.items():
             if name not in ("q_add", "k_add", "bias", "scale"):
                 raise TypeError(f"AttnSpec.replace: {name!r} is not a replaceable field")
             setattr(out, name, value)
+        return out
+
+    def keys_from(self, first: int) -> "AttnSpec":
+        """The spec for the keys from absolute position ``first`` on, the earlier ones dropped
+        from the cache: every part's key side cut to match (queries stay aligned to the last keys)."""
+        if first == 0:
+            return self
+        if self.bias is not None:
+            raise NotImplementedError("a bias cannot drop keys (AttnSpec.first_key)")
+        out = self.replace()
+        out.parts = [p.keys_from(first) for p in self.parts]
         return out
 
     def _of(self, kind: type) -> list:

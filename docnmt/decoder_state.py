@@ -5,7 +5,8 @@ Attention layers, the model and the search use only its methods (fairseq's incre
 helpers and Hugging Face's ``EncoderDecoderCache`` play the same part). Two kinds of entries:
 
 * **self-attention** entries (:meth:`DecoderCache.append`): a :class:`KVCache` per layer that grows
-  by the tokens of every step, one row per decoder row (hypothesis);
+  by the tokens of every step, one row per decoder row (hypothesis), and may drop the positions
+  no later query sees (:meth:`DecoderCache.forget`: the G-Transformer's finished sentences);
 * **static** entries (:meth:`DecoderCache.set_static`): keys and values computed once from the
   encoder output (cross-attention, a context attention) and read at every later step; *per input*
   when the beams of one input share one row (beams folded into the query axis), else one row per
@@ -39,33 +40,59 @@ class KVCache:
     d_head), kept in buffers with room to grow: a step writes its keys in place, and reordering
     rows (beam search) copies the rows that changed in place, or, when most did, the filled part
     into a second buffer that is then swapped in, so decoding steps neither concatenate nor
-    allocate."""
+    allocate.
+
+    :meth:`forget` drops the positions before a given one (no later query sees them: the
+    G-Transformer's earlier sentences): reads, reorders and copies then cover the kept positions
+    ``[lo, n)`` only, and once the buffer is full and the dropped part is at least as long as the
+    kept one, the kept part moves to the buffer's front (a copy that cannot overlap itself)
+    instead of into a larger buffer. ``n`` still counts every position fed."""
 
     def __init__(self):
         self.bufs: list[tuple[Tensor, Tensor] | None] = [None, None]
         self.rows = self.n = 0
+        self.lo = self.base = 0      # the first kept position; the position at index 0 of the buffers
 
     def _view(self, i: int = 0) -> tuple[Tensor, Tensor]:
         k, v = self.bufs[i]
-        return k[: self.rows, :, : self.n], v[: self.rows, :, : self.n]
+        a, b = self.lo - self.base, self.n - self.base
+        return k[: self.rows, :, a:b], v[: self.rows, :, a:b]
+
+    def forget(self, first: int) -> int:
+        """Drop the positions before ``first`` (never before those already dropped, never past
+        ``n``); returns the first position kept."""
+        self.lo = max(self.lo, min(first, self.n))
+        return self.lo
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         m = k.size(2)
         if self.bufs[0] is not None and k.size(0) != self.rows:
             raise CacheError(f"a step of {k.size(0)} rows on a cache of {self.rows}: reorder the cache with the rows")
-        if self.bufs[0] is None or self.n + m > self.bufs[0][0].size(2):
-            old = self._view() if self.bufs[0] is not None else None
+        if self.bufs[0] is None or self.n - self.base + m > self.bufs[0][0].size(2):
+            self._make_room(k, v, m)
+        kb, vb = self.bufs[0]
+        at = self.n - self.base
+        kb[: self.rows, :, at: at + m] = k
+        vb[: self.rows, :, at: at + m] = v
+        self.n += m
+        return self._view()
+
+    def _make_room(self, k: Tensor, v: Tensor, m: int) -> None:
+        """Room for ``m`` more positions: the kept ones moved to the front of the same buffer
+        when the dropped ones are at least as many (and that makes room), else a larger buffer."""
+        kept, dropped = self.n - self.lo, self.lo - self.base
+        old = self._view() if self.bufs[0] is not None else None
+        if old is not None and kept <= dropped and kept + m <= self.bufs[0][0].size(2):
+            for buf, src in zip(self.bufs[0], old):
+                buf[: self.rows, :, :kept] = src           # disjoint: the source starts at or past kept
+        else:
             self.rows, (rows, h, _, d) = k.size(0), k.shape
-            shape = (rows, h, max(32, 2 * (self.n + m)), d)
+            shape = (rows, h, max(32, 2 * (kept + m)), d)
             self.bufs = [(k.new_empty(shape), v.new_empty(shape)), None]
             if old is not None:
                 for dst, src in zip(self.bufs[0], old):
-                    dst[:, :, : self.n] = src
-        kb, vb = self.bufs[0]
-        kb[: self.rows, :, self.n: self.n + m] = k
-        vb[: self.rows, :, self.n: self.n + m] = v
-        self.n += m
-        return self._view()
+                    dst[:, :, :kept] = src
+        self.base = self.lo
 
     def index_select(self, index: Tensor) -> "KVCache":
         """Keep rows ``index`` (in place; returns self). When few rows change (beam search
@@ -80,8 +107,9 @@ class KVCache:
         spare = self.bufs[1]
         if spare is None or spare[0].size(0) < index.numel():
             spare = tuple(t.new_empty(index.numel(), *t.shape[1:]) for t in self.bufs[0])
+        a, b = self.lo - self.base, self.n - self.base
         for src, dst in zip(self._view(), spare):
-            torch.index_select(src, 0, index, out=dst[: index.numel(), :, : self.n])
+            torch.index_select(src, 0, index, out=dst[: index.numel(), :, a:b])
         self.bufs = [spare, self.bufs[0] if kb.size(0) >= index.numel() else None]
         self.rows = index.numel()
         return self
@@ -118,6 +146,11 @@ class StaticKV:
         self.v[:rows, :, self.n: self.n + m] = v
         self.n += m
         return self._view()
+
+    def forget(self, first: int) -> int:
+        """Keeps every position (returns 0): the storage and its reads keep fixed addresses for
+        CUDA graphs, and on CUDA attention reads the keys whole anyway."""
+        return 0
 
     def _check_rows(self, rows: int) -> None:
         if rows > self.capacity:
@@ -173,6 +206,14 @@ class DecoderCache:
 
     def _new_entry(self) -> KVCache:
         return KVCache()
+
+    def forget(self, name: str, first: int) -> int:
+        """Self-attention entry ``name`` may drop its positions before ``first``: no query of
+        this step or a later one sees them (``AttnSpec.first_key``). Returns the first position
+        its reads hold from now on (0 where it keeps them all: a static cache)."""
+        if name not in self._kv:
+            raise CacheError(f"no self-attention entry {name!r} to forget positions of")
+        return self._kv[name].forget(first)
 
     def has_static(self, name: str) -> bool:
         return name in self._static

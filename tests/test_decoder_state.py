@@ -119,3 +119,45 @@ def test_the_model_decodes_only_with_a_decoder_cache_and_new_tokens():
             model.decode(tgt[:, :2], enc, cache)
         with pytest.raises(CacheError, match="a step of 1 rows on a cache of 2"):
             model.decode(tgt[:1, :3], enc.select(torch.tensor([0])), cache)
+
+
+# ---- forgetting positions no later query sees (AttnSpec.first_key) ----------------------------
+
+def test_forget_reorder_and_append_compose_and_the_cache_holds_only_the_kept_positions():
+    """Against a reference that keeps every position (concatenating, gathering rows): after any
+    mix of steps, forgets, reorders within the rows and dropped rows, a read is the reference's
+    kept positions, a reorder copies only those, and the buffer stays near the kept length
+    (moved to its front in place, no larger buffer) while the fed length runs far past it."""
+    from docnmt.decoder_state import KVCache
+    g = torch.Generator().manual_seed(0)
+    cache, ref, rows, first = KVCache(), None, 6, 0
+    moved = 0
+    for step in range(200):
+        k = torch.randn(rows, 2, 1, 4, generator=g)
+        ref = k if ref is None else torch.cat([ref, k], 2)
+        if step % 9 == 4:                                        # a new sentence starts somewhere
+            first = step - int(torch.randint(0, 3, (1,), generator=g))
+            assert cache.forget(first) == first
+        base, buffer = cache.base, cache.bufs[0] and cache.bufs[0][0].data_ptr()
+        got, _ = cache.append(k, -k)
+        moved += cache.base > base and cache.bufs[0][0].data_ptr() == buffer     # (a new buffer: the old one lives on)
+        assert cache.n == step + 1 and torch.equal(got, ref[:, :, first:]) and torch.equal(cache._view()[1], -got)
+        index = torch.randint(0, rows, (rows - (step in (60, 120)),), generator=g)   # twice an input drops a row
+        if step % 3 == 0:
+            index = torch.arange(rows)
+            index[int(torch.randint(0, rows, (1,), generator=g))] = 0              # one row changes: copied in place
+        cache.index_select(index)
+        ref, rows = ref.index_select(0, index), index.numel()
+        assert torch.equal(cache._view()[0], ref[:, :, first:])
+    assert cache.forget(3) == first and cache.forget(10 ** 6) == cache.n    # never back, never past the end
+    assert moved > 3 and cache.bufs[0][0].size(2) <= 64 < cache.n
+
+
+def test_forget_names_a_self_attention_entry_and_a_static_cache_keeps_every_position():
+    from docnmt.decoder_state import StaticDecoderCache
+    cache = DecoderCache()
+    with pytest.raises(CacheError, match="no self-attention entry 'a'"):
+        cache.forget("a", 1)
+    static = StaticDecoderCache(4, 8)
+    static.append("a", *kv(4, 3))
+    assert static.forget("a", 2) == 0 and static.append("a", *kv(4))[0].size(2) == 4

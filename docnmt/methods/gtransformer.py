@@ -105,10 +105,27 @@ class GroupAttentionPolicy(AttentionPolicy):
         key_pad = src_pad[:, None, None, :]
         tags = self.tags(tgt)          # from the whole prefix: dynamic tags while decoding
         q_tags = tags[:, offset:]
-        return {"dec_self": AttnSpec(is_causal=True, groups=(q_tags, tags)),
+        return {"dec_self": AttnSpec(is_causal=True, groups=(q_tags, tags), first_key=first_key(tags, offset)),
                 "dec_self_global": AttnSpec(is_causal=True),
                 "cross": AttnSpec(mask=key_pad, groups=(q_tags, self.tags(src))),
                 "cross_global": AttnSpec(mask=key_pad)}
+
+
+def first_key(tags: Tensor, offset: int) -> int | None:
+    """While decoding step by step (``offset`` > 0), the first decoder position that group
+    self-attention's queries of this step and every later one can see: the start of the earliest
+    current sentence over the rows (its first key with the query's tag). Earlier keys stay
+    hidden for good: a row's tags only grow (beam search never feeds a tag-0 token after the
+    start: its end token EOD ends a hypothesis), a beam reorder copies rows and a finished input
+    drops them, so the cache forgets them (``AttnSpec.first_key``). None while a query has tag 0
+    (the start token, which sees every key), in a full pass, and on CUDA (a host read per step;
+    attention reads the keys whole there)."""
+    if offset == 0 or tags.is_cuda:
+        return None
+    q_tags = tags[:, offset:]
+    if not bool(q_tags.gt(0).all()):
+        return None
+    return int(tags.eq(q_tags[:, :1]).int().argmax(1).min())
 
 
 class CombinedAttentionSublayer(AttentionSublayer):
