@@ -229,7 +229,7 @@ class MultiheadAttention(nn.Module):
         reuse = cache is not None and static_kv and cache.has_static(self.name)
         q, k, v = self._qkv(x, kv, spec, reuse)
         if cache is not None:
-            if spec.first_key is not None and not static_kv:   # keys no query sees again: dropped
+            if not static_kv and spec.drops_keys():           # keys no query sees again: dropped
                 spec = spec.keys_from(cache.forget(self.name, spec.first_key))
             k, v = self._cached(cache, q, k, v, spec, static_kv, reuse)
         if callable(spec.bias):

@@ -70,6 +70,11 @@ class MaskPart:
         folded into one row (a key-level part; or a part that folds its per-query state along)."""
         return self.key_level
 
+    @property
+    def cuts_keys(self) -> bool:
+        """Whether :meth:`keys_from` applies (a part that cannot cut its key side keeps every key)."""
+        return type(self).keys_from is not MaskPart.keys_from
+
     def keys_from(self, first: int) -> "MaskPart":
         """The part for the keys from index ``first`` on (a cache that forgot the earlier ones:
         ``AttnSpec.first_key``); a part that cannot say raises."""
@@ -103,6 +108,10 @@ class Mask(MaskPart):
 
     def fold(self, beams):
         return Mask(self.blocked[::beams])
+
+    @property
+    def cuts_keys(self) -> bool:
+        return self.visible is None
 
     def keys_from(self, first):
         if self.visible is not None:
@@ -194,6 +203,12 @@ class AttnSpec:
                 raise TypeError(f"AttnSpec.replace: {name!r} is not a replaceable field")
             setattr(out, name, value)
         return out
+
+    def drops_keys(self) -> bool:
+        """Whether the cache may forget the keys before ``first_key``: it is set, no bias reads
+        key positions (ALiBi, relative positions: they keep every key), and every part can cut its
+        key side. Forgetting is only a saving, so a spec that cannot cut keeps them all."""
+        return self.first_key is not None and self.bias is None and all(p.cuts_keys for p in self.parts)
 
     def keys_from(self, first: int) -> "AttnSpec":
         """The spec for the keys from absolute position ``first`` on, the earlier ones dropped

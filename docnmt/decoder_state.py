@@ -170,11 +170,15 @@ class DecoderCache:
     """The incremental state of one decoding run (see the module doc). ``length`` is the number of
     decoder positions already fed; :meth:`start` and :meth:`advance` bracket every step."""
 
-    def __init__(self):
+    def __init__(self, forgets: bool = False):
         self._kv: dict[str, KVCache] = {}
         self._static: dict[str, tuple[Tensor, Tensor]] = {}
         self._per_input: set[str] = set()
         self.length = 0
+        # whether entries may drop what no later query sees (:meth:`forget`): only for a search whose
+        # rows never feed a tag-0 token after the start (beam search: an ended hypothesis leaves its
+        # row), since a group attention's tag-0 query (a pad of a teacher-forced batch) sees every key
+        self.forgets = forgets
 
     def __repr__(self) -> str:
         return (f"DecoderCache(length={self.length}, self_attention={sorted(self._kv)}, "
@@ -210,10 +214,11 @@ class DecoderCache:
     def forget(self, name: str, first: int) -> int:
         """Self-attention entry ``name`` may drop its positions before ``first``: no query of
         this step or a later one sees them (``AttnSpec.first_key``). Returns the first position
-        its reads hold from now on (0 where it keeps them all: a static cache)."""
+        its reads hold from now on (0 where it keeps them all: a cache made without ``forgets``, a
+        static cache)."""
         if name not in self._kv:
             raise CacheError(f"no self-attention entry {name!r} to forget positions of")
-        return self._kv[name].forget(first)
+        return self._kv[name].forget(first) if self.forgets else 0
 
     def has_static(self, name: str) -> bool:
         return name in self._static
@@ -285,7 +290,7 @@ class StaticDecoderCache(DecoderCache):
     allocates, and compiles, for a handful of shapes)."""
 
     def __init__(self, rows: int, positions: int):
-        super().__init__()
+        super().__init__(forgets=False)
         self.capacity, self.positions = rows, positions
 
     def __repr__(self) -> str:

@@ -161,3 +161,10 @@ def test_forget_names_a_self_attention_entry_and_a_static_cache_keeps_every_posi
     static = StaticDecoderCache(4, 8)
     static.append("a", *kv(4, 3))
     assert static.forget("a", 2) == 0 and static.append("a", *kv(4))[0].size(2) == 4
+    # only a search's cache forgets: a teacher-forced pass may feed pads, whose group queries see every key
+    plain = DecoderCache()
+    plain.append("a", *kv(4, 3))
+    assert plain.forget("a", 2) == 0 and plain.append("a", *kv(4))[0].size(2) == 4
+    search = DecoderCache(forgets=True)
+    search.append("a", *kv(4, 3))
+    assert search.forget("a", 2) == 2 and search.append("a", *kv(4))[0].size(2) == 2
