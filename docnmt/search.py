@@ -167,9 +167,9 @@ def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | T
 def decoder_cache(cfg: SearchConfig, rows: int, positions: int) -> DecoderCache:
     """The cache of one search of ``rows`` decoder rows and ``positions`` target positions: a
     :class:`DecoderCache` that may forget what no later query sees (the search's rows never feed a
-    tag-0 token after the start: an ended hypothesis leaves its row), or with ``cfg.static_cache`` a :class:`StaticDecoderCache` of rows and
-    positions rounded up to buckets (with room for the positions a model adds before the tokens:
-    a language code, DocFlat's mean token)."""
+    tag-0 token after the start: an ended hypothesis leaves its row), or with ``cfg.static_cache``
+    a :class:`StaticDecoderCache` of rows and positions rounded up to buckets (with room for the
+    positions a model adds before the tokens: a language code, DocFlat's mean token)."""
     if not cfg.static_cache:
         return DecoderCache(forgets=True)
     return StaticDecoderCache(bucket(rows), bucket(positions + POSITION_SLACK, smallest=32))
