@@ -102,7 +102,7 @@ class KVCache:
             changed = (index != torch.arange(self.rows, device=index.device)).nonzero().squeeze(1)
             if 2 * changed.numel() <= self.rows:
                 for t in self._view():
-                    t[changed] = t[index[changed]]          # gathered first, then written
+                    t.index_copy_(0, changed, t.index_select(0, index[changed]))     # gathered, then written
                 return self
         spare = self.bufs[1]
         if spare is None or spare[0].size(0) < index.numel():
