@@ -40,7 +40,7 @@ def train(work: Path, run: str, method: str, aid: str, args) -> Path:
             "--seed", args.seed, "--init-from", work / "models" / f"sent-scratch{args.scratch_updates}",
             "--lr", 1e-3, "--warmup-updates", 100, "--save-interval-updates", args.every, *AIDS[aid]]
     argv += [x for s in TINY for x in ("--set", s)]
-    argv += ["--set", f"train.keep_last={args.updates // args.every + 1}"]
+    argv += ["--set", "train.keep_last=100000"]     # every checkpoint (epoch ends save one too) until scored
     start = time.time()
     docnmt(*argv, log=work / "logs" / f"{run}.log")
     (save / "DONE").write_text(json.dumps({"seconds": round(time.time() - start, 1)}) + "\n")
