@@ -107,7 +107,6 @@ class CT2Engine:
             out[k] = [Hypothesis([self.ids[t] for t in hyp[pre:]], float(score))
                       for hyp, score in list(zip(res.hypotheses, res.scores))[: cfg.nbest]]
         return redo
-        return out
 
 
 def engine_for(translator, search):
