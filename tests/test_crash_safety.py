@@ -370,11 +370,12 @@ def test_crash_point_in_a_subprocess_then_the_same_command_resumes(data, tmp_pat
     assert last_checkpoint(save).name == "u00000004"
 
 
-def wait_for(condition, timeout: float = 240.0) -> None:
+def wait_for(condition, timeout: float = 240.0, what=lambda: "") -> None:
+    """Poll ``condition`` until it holds; on a timeout, the assertion says ``what()`` (e.g. a stderr)."""
     end = time.time() + timeout
     while not condition():
         if time.time() > end:
-            raise AssertionError("timed out")
+            raise AssertionError(f"timed out\n{what()}")
         time.sleep(0.2)
 
 

@@ -314,6 +314,28 @@ def torchrun_reference(data, tmp_path_factory) -> Path:
     return save
 
 
+def test_a_collective_that_failed_inside_backward_is_one_line(tmp_path):
+    """DDP's gradient all-reduce runs in autograd's engine: gloo's timeout reaches Python with no
+    frame of torch.distributed, only gloo's source file in the message (seen once in four runs
+    of the frozen case below), and is still the one line that says what resumes the run."""
+    from docnmt.errors import DocnmtError
+    from docnmt.training.distributed import Distributed
+
+    two = object.__new__(Distributed)
+    two.world, two.rank = 2, 0
+
+    def backward():         # what autograd's engine raises, from C++
+        raise RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+                           "Timed out waiting 5000ms for recv operation to complete")
+    with pytest.raises(DocnmtError, match=r"process 0 of 2 lost contact .*\(Timed out waiting 5000ms for recv "
+                                          r"operation to complete\).*the same command starts again"):
+        with two.contact(tmp_path):
+            backward()
+    with pytest.raises(RuntimeError, match="a bug of ours"):       # any other error stays itself
+        with two.contact(tmp_path):
+            raise RuntimeError("a bug of ours")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fault, port", [(signal.SIGKILL, 29752), (signal.SIGSTOP, 29754)], ids=["killed", "frozen"])
 def test_a_torchrun_process_that_dies_or_hangs_stops_the_other_and_the_same_command_resumes(
@@ -329,7 +351,7 @@ def test_a_torchrun_process_that_dies_or_hangs_stops_the_other_and_the_same_comm
         wait_for(lambda: bool(list_checkpoints(save)))
         os.kill(rank_pid(proc.pid, 1), fault)
         begun = time.time()
-        wait_for(lambda: "lost contact" in err_path.read_text(), timeout=30)
+        wait_for(lambda: "lost contact" in err_path.read_text(), timeout=30, what=err_path.read_text)
         assert time.time() - begun < 20
         assert proc.wait(timeout=120) != 0                 # torchrun ends the frozen one (after its 30 s grace)
     finally:

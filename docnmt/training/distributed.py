@@ -84,8 +84,12 @@ def collective_timeout() -> timedelta | None:
 
 def collective_failed(error: RuntimeError) -> bool:
     """Whether ``error`` came from a collective (torch.distributed, DDP's buffer and gradient
-    syncs): gloo's and NCCL's errors are not all :class:`torch.distributed.DistError`."""
+    syncs): gloo's and NCCL's errors are not all :class:`torch.distributed.DistError`, and one
+    raised in DDP's gradient hook reaches Python from autograd's engine, with no frame of
+    torch.distributed, only gloo's or NCCL's source file in its message."""
     if isinstance(error, dist.DistError):
+        return True
+    if re.search(r"[/\\](gloo|nccl|c10d)[/\\]|ProcessGroup(Gloo|NCCL)", str(error)):
         return True
     tb = error.__traceback__
     while tb is not None:
