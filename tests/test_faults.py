@@ -347,16 +347,19 @@ def test_a_torchrun_process_that_dies_or_hangs_stops_the_other_and_the_same_comm
     with open(err_path, "w") as err:
         proc = subprocess.Popen(torchrun_argv(data, save, port), stdout=subprocess.DEVNULL, stderr=err,
                                 env=env(DOCNMT_SLOW_AT="update:0.3", DOCNMT_DIST_TIMEOUT="5"), start_new_session=True)
+    faulty = None
     try:
         wait_for(lambda: bool(list_checkpoints(save)))
-        os.kill(rank_pid(proc.pid, 1), fault)
+        faulty = rank_pid(proc.pid, 1)
+        os.kill(faulty, fault)
         begun = time.time()
         wait_for(lambda: "lost contact" in err_path.read_text(), timeout=30, what=err_path.read_text)
         assert time.time() - begun < 20
         assert proc.wait(timeout=120) != 0                 # torchrun ends the frozen one (after its 30 s grace)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)            # torchrun and its workers, when the test failed
+        for pid, group in ((proc.pid, True), (faulty, False)):   # when the test failed: torchrun and its workers,
+            with contextlib.suppress(ProcessLookupError, TypeError):   # and the frozen one torchrun had no time to kill
+                (os.killpg if group else os.kill)(pid, signal.SIGKILL)
         proc.wait()
     err = err_path.read_text()
     said = [line for line in err.splitlines() if line.startswith("docnmt: error:")]
