@@ -29,6 +29,7 @@ import copy
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -264,3 +265,16 @@ def test_preset_builds_trains_one_update_and_translates(preset, runs, docs):
     doc = replace(docs[0], src=docs[0].src[:2], tgt=None)
     out, _ = tr.translate([doc], replace(tr.cfg.decode, beam=1, nbest=1, max_len_a=0.0, max_len_b=4))
     assert len(out[0].tgt) == 2
+
+
+@pytest.mark.parametrize("preset", [p for p in preset_names() if Config.load(p).data.is_document_level])
+def test_a_document_presets_decoding_batch_holds_a_long_documents_instances(preset):
+    """A document of 16 full-length instances decodes as one batch with the preset's decoding
+    settings: one pass of a few hundred steps instead of two (the presets' 8 instances per batch
+    made a 400-sentence sitting two passes, docs/performance.md#document-models)."""
+    from docnmt.data.batching import token_batches
+    cfg = Config.load(preset)
+    lens = np.full(16, cfg.data.max_instance_tokens)
+    batches = token_batches(lens, np.zeros_like(lens), cfg.decode.max_tokens, shuffle=False,
+                            max_sentences=cfg.decode.max_sentences)
+    assert len(batches) == 1, (preset, [len(b) for b in batches])
