@@ -2,7 +2,9 @@
 context-dependence benchmark (experiments/context_bench/README.md#training-aids).
 
 For the G-Transformer and Doc2Doc, fine-tuned from the grid's scratch sentence model with the
-grid's ``ft`` recipe (run.py), once without an aid and once with each aid alone, at the settings
+grid's ``ft`` recipe (run.py; ``--recipe tier_mfr``: the Tier M-fr queue's, whose G-Transformer
+restarts positions in every sentence, trains the copied weights at the full learning rate and
+has no word dropout), once without an aid and once with each aid alone, at the settings
 of the Tier M-fr queue (CoWord dropout 0.1, split pairs 0.3, context margin 0.5), for
 ``--updates`` updates with a checkpoint every ``--every`` updates, all kept. Every checkpoint is
 scored on the k = 1, 2, 3 suites of both dependencies (contrastive accuracy, %; the sentence
@@ -13,7 +15,7 @@ checkpoint whose k = 1 accuracy is at least ``--open`` (75: halfway from chance 
 
 Needs the grid's generated data and ``models/sent-scratch2500`` (run.py makes them). Resumes: a run with a
 ``DONE`` file is not trained again, a checkpoint already in ``aids/<run>.curve.json`` is not
-scored again. Writes ``results/aids.json`` and ``results/aids.md``.
+scored again. Writes ``results/aids.json`` and ``results/aids.md`` (the runs of earlier invocations kept).
 """
 from __future__ import annotations
 
@@ -27,7 +29,15 @@ from run import HERE, METHODS, ROOT, TINY, docnmt
 
 AIDS = {"none": [], "coword": ["--coword-dropout", 0.1], "split": ["--split-pairs", 0.3],
         "margin": ["--context-margin", 0.5]}
+# fine-tuning recipes: extra flags per method (grid: run.py's ft recipe as it is)
+RECIPES = {"grid": {},
+           "tier_mfr": {"gt": ["--set", "method.sentence_positions=true", "--pretrained-lr-scale", 1.0,
+                               "--word-dropout", 0]}}
 SUITES = [f"{dep}_k{k}" for dep in ("target", "source") for k in (1, 2, 3)]
+
+
+def run_name(method: str, aid: str, args) -> str:
+    return f"{method}-ft{args.updates}-{aid}" + ("" if args.recipe == "grid" else f"-{args.recipe}")
 
 
 def train(work: Path, run: str, method: str, aid: str, args) -> Path:
@@ -38,7 +48,8 @@ def train(work: Path, run: str, method: str, aid: str, args) -> Path:
     argv = ["train", work / "gen" / "data", "--arch", finetune, "--save-dir", save, "--max-update", args.updates,
             "--max-tokens", 2048, "--patience", 0, "--threads", 1, "--no-progress", "--log-interval", 100,
             "--seed", args.seed, "--init-from", work / "models" / f"sent-scratch{args.scratch_updates}",
-            "--lr", 1e-3, "--warmup-updates", 100, "--save-interval-updates", args.every, *AIDS[aid]]
+            "--lr", 1e-3, "--warmup-updates", 100, "--save-interval-updates", args.every, *AIDS[aid],
+            *RECIPES[args.recipe].get(method, [])]
     argv += [x for s in TINY for x in ("--set", s)]
     argv += ["--set", "train.keep_last=100000"]     # every checkpoint (epoch ends save one too) until scored
     start = time.time()
@@ -75,18 +86,22 @@ def opened(points: dict[int, dict[str, float]], suite: str, threshold: float) ->
 
 def report(rows: list[dict], results: Path, threshold: float) -> None:
     results.mkdir(parents=True, exist_ok=True)
-    (results / "aids.json").write_text(json.dumps(rows, indent=1) + "\n")
+    path = results / "aids.json"
+    earlier = json.loads(path.read_text()) if path.exists() else []
+    ours = {r["run"] for r in rows}
+    rows = [r for r in earlier if r["run"] not in ours] + rows
+    path.write_text(json.dumps(rows, indent=1) + "\n")
     lines = ["<!-- written by experiments/context_bench/aids.py -->",
              f"Updates until the k = 1 accuracy first reaches {threshold:g}% (— : not within the run), "
              "then the accuracy (%) after the last update; T = target side, S = source side.", "",
-             "| method | aid | T opens at | S opens at | " + " | ".join(s.replace("target_", "T ").replace(
+             "| method | recipe | aid | T opens at | S opens at | " + " | ".join(s.replace("target_", "T ").replace(
                  "source_", "S ").replace("k", "k=") for s in SUITES) + " |",
-             "|---|---|---:|---:|" + "---:|" * len(SUITES)]
+             "|---|---|---|---:|---:|" + "---:|" * len(SUITES)]
     for r in rows:
         last = r["curve"][max(r["curve"])] if r["curve"] else {}
         cells = " | ".join(f"{last[s]:.0f}" if s in last else "" for s in SUITES)
         t, s = (r["opens"][d] if r["opens"][d] is not None else "—" for d in ("target", "source"))
-        lines.append(f"| {r['method']} | {r['aid']} | {t} | {s} | {cells} |")
+        lines.append(f"| {r['method']} | {r.get('recipe', 'grid')} | {r['aid']} | {t} | {s} | {cells} |")
     (results / "aids.md").write_text("\n".join(lines) + "\n")
 
 
@@ -100,6 +115,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=100)
     ap.add_argument("--scratch-updates", type=int, default=2500)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--recipe", default="grid", choices=list(RECIPES))
     ap.add_argument("--open", type=float, default=75.0, help="accuracy (%%) at k = 1 that counts as open")
     args = ap.parse_args()
     work = Path(args.work)
@@ -109,7 +125,7 @@ def main() -> None:
     rows = []
     for method in args.methods:
         for aid in args.aids:
-            run = f"{method}-ft{args.updates}-{aid}"
+            run = run_name(method, aid, args)
             print(f"== {time.strftime('%F %T')} {run}", flush=True)
             try:
                 save = train(work, run, method, aid, args)
@@ -117,7 +133,8 @@ def main() -> None:
                 print(f"   FAILED: {e}", flush=True)
                 continue
             points = curve(work, save, run)
-            rows.append({"method": method, "aid": aid, "flags": [str(x) for x in AIDS[aid]], "run": run,
+            rows.append({"method": method, "recipe": args.recipe, "aid": aid, "run": run,
+                         "flags": [str(x) for x in AIDS[aid] + RECIPES[args.recipe].get(method, [])],
                          "opens": {d: opened(points, f"{d}_k1", args.open) for d in ("target", "source")},
                          "curve": points})
             report(rows, Path(args.results), args.open)
