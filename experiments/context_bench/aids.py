@@ -88,6 +88,8 @@ def report(rows: list[dict], results: Path, threshold: float) -> None:
     results.mkdir(parents=True, exist_ok=True)
     path = results / "aids.json"
     earlier = json.loads(path.read_text()) if path.exists() else []
+    for r in earlier:                                   # JSON made the updates strings
+        r["curve"] = {int(u): acc for u, acc in sorted(r["curve"].items(), key=lambda kv: int(kv[0]))}
     ours = {r["run"] for r in rows}
     rows = [r for r in earlier if r["run"] not in ours] + rows
     path.write_text(json.dumps(rows, indent=1) + "\n")
