@@ -32,7 +32,8 @@ AIDS = {"none": [], "coword": ["--coword-dropout", 0.1], "split": ["--split-pair
 # fine-tuning recipes: extra flags per method (grid: run.py's ft recipe as it is)
 RECIPES = {"grid": {},
            "tier_mfr": {"gt": ["--set", "method.sentence_positions=true", "--pretrained-lr-scale", 1.0,
-                               "--word-dropout", 0]}}
+                               "--word-dropout", 0]},
+           "sentpos": {"gt": ["--set", "method.sentence_positions=true"]}}    # the paper's recipe, positions restarting
 SUITES = [f"{dep}_k{k}" for dep in ("target", "source") for k in (1, 2, 3)]
 
 
