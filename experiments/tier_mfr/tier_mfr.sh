@@ -112,6 +112,9 @@ declare -A ARCH=(
   # target tokens (experiments/tier_mfr/results/batches.json); at 7168 it holds as many (4,034 against 4,013)
   [context_full_tok]="--arch context_transformer_small --set train.freeze_pretrained=false --max-tokens 7168"
   [gt_sentpos_lr1_nowd]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0"
+  # gt_dls_laa on gt_sentpos_lr1_nowd's recipe: the length-bias comparison (experiments/length_bias) pairs the
+  # two, so that DLS + LAA is the one difference
+  [gt_dls_laa_lr1_nowd]="--arch g_transformer_dls_laa_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0 --set data.dls_epoch_offset=10"
   # the training aids (docs/methods/{coword_dropout,split_pairs,context_margin}.md), each alone on the
   # G-Transformer closest to the control (gt_sentpos_lr1_nowd) and on Doc2Doc: does any make a document
   # model use its context (CXMI, the Hansard pronoun suite) at no more than 0.3 d-BLEU?
@@ -122,7 +125,7 @@ declare -A ARCH=(
   [doc2doc_split]="--arch doc2doc_small --split-pairs 0.3"
   [doc2doc_margin]="--arch doc2doc_small --context-margin 0.5"
 )
-RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa context_full gt_sentpos_lr1_nowd context_full_tok docflat_d_sentpos doc2doc_sentpos gt_coword gt_split gt_margin doc2doc_coword doc2doc_split doc2doc_margin"}     # stage1: scored only
+RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa context_full gt_sentpos_lr1_nowd context_full_tok gt_dls_laa_lr1_nowd docflat_d_sentpos doc2doc_sentpos gt_coword gt_split gt_margin doc2doc_coword doc2doc_split doc2doc_margin"}     # stage1: scored only
 # one output limit for every system: 1.2 x source + 10 word pieces per sentence (the sentence presets'
 # default; Doc2Doc's and P-Transformer's presets carry the P-Transformer paper's 1.1 and 7, which would give
 # them less room than the others: docs/methods/baselines.md#decoding-document-instances)
@@ -132,7 +135,7 @@ BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
 declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt_sentpos [gt_sentpos]=gt [gt_sentpos_lr1]=gt_sentpos
                 [docflat_d_sentpos]=docflat_d [doc2doc_sentpos]=doc2doc [context_full]=context
                 [context_full_tok]=context_full [gt_sentpos_lr1_nowd]=gt_sentpos_lr1
-                [gt_coword]=gt_sentpos_lr1_nowd [gt_split]=gt_sentpos_lr1_nowd [gt_margin]=gt_sentpos_lr1_nowd
+                [gt_dls_laa_lr1_nowd]=gt_sentpos_lr1_nowd [gt_coword]=gt_sentpos_lr1_nowd [gt_split]=gt_sentpos_lr1_nowd [gt_margin]=gt_sentpos_lr1_nowd
                 [doc2doc_coword]=doc2doc [doc2doc_split]=doc2doc [doc2doc_margin]=doc2doc)    # second baselines: valid.vs_<baseline>.json
 also() {   # the paired bootstrap of run $1 against its second baseline, into $2 (when both are translated)
   local base=${ALSO[$1]:-}

@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 
 ORDER = ["control", "doc2doc", "doc2doc_sentpos", "gt", "gt_sentpos", "gt_sentpos_lr1", "gt_sentpos_lr1_nowd",
-         "gt_dls_laa", "pt", "docflat_d", "docflat_d_sentpos", "context", "context_full",
+         "gt_dls_laa", "gt_dls_laa_lr1_nowd", "pt", "docflat_d", "docflat_d_sentpos", "context", "context_full",
          "context_full_tok"]
 NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (control)", "doc2doc": "Doc2Doc",
          "gt": "G-Transformer (fine-tuned)", "gt_sentpos": "G-Transformer (fine-tuned, sentence positions)",
@@ -40,6 +40,7 @@ NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (contro
          "context_full_tok":
          "context-encoder Transformer (sentence weights trained too, the control's tokens per update)",
          "gt_sentpos_lr1_nowd": "G-Transformer (fine-tuned, sentence positions, full lr, no word dropout)",
+         "gt_dls_laa_lr1_nowd": "G-Transformer (as gt_sentpos_lr1_nowd) + DLS + LAA",
          "gt_coword": "G-Transformer (as gt_sentpos_lr1_nowd) + CoWord dropout 0.1",
          "gt_split": "G-Transformer (as gt_sentpos_lr1_nowd) + split pairs 0.3",
          "gt_margin": "G-Transformer (as gt_sentpos_lr1_nowd) + context margin 0.5",
@@ -49,7 +50,7 @@ NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (contro
 ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos",
         "docflat_d_sentpos": "docflat_d", "doc2doc_sentpos": "doc2doc", "context_full": "context",
         "context_full_tok": "context_full", "gt_sentpos_lr1_nowd": "gt_sentpos_lr1",
-        "gt_coword": "gt_sentpos_lr1_nowd", "gt_split": "gt_sentpos_lr1_nowd", "gt_margin": "gt_sentpos_lr1_nowd",
+        "gt_dls_laa_lr1_nowd": "gt_sentpos_lr1_nowd", "gt_coword": "gt_sentpos_lr1_nowd", "gt_split": "gt_sentpos_lr1_nowd", "gt_margin": "gt_sentpos_lr1_nowd",
         "doc2doc_coword": "doc2doc", "doc2doc_split": "doc2doc", "doc2doc_margin": "doc2doc"}
 SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
           ("scat_yin2021_enfr", "SCAT valid"))
