@@ -130,6 +130,9 @@ RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2
 # default; Doc2Doc's and P-Transformer's presets carry the P-Transformer paper's 1.1 and 7, which would give
 # them less room than the others: docs/methods/baselines.md#decoding-document-instances)
 DECODE=(--beam 5 --lenpen 1.0 --lenpen-style fairseq --max-len-a 1.2 --max-len-b 10 -q)
+# translations decode as many instances per batch as fit (the same translations as a run's own batch
+# setting; runs trained before the document presets did so held 8 instances per batch)
+BATCH=(--batch-size 64 --max-tokens 16384)
 BAWDEN=$S/suites/bawden2018_discourse_test_sets_enfr/test-sets
 
 declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt_sentpos [gt_sentpos]=gt [gt_sentpos_lr1]=gt_sentpos
@@ -150,7 +153,7 @@ score() {   # translate and score one trained run (the control's first: the othe
   [ "$name" = stage1 ] && model=$KEEP/stage1
   mkdir -p "$R/$name"
   case $name in docflat_d*) extra=(--first-pass "$R/control/valid.fr");; esac    # two-pass: the control is pass 1
-  [ -f "$out" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" -o "$out" "${DECODE[@]}" "${extra[@]}" \
+  [ -f "$out" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" -o "$out" "${DECODE[@]}" "${BATCH[@]}" "${extra[@]}" \
                          --report "$R/$name/valid.coverage.json"
   [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
   # (scored again only when a translation is newer: a restarted queue does not redo the bootstrap)
@@ -159,7 +162,7 @@ score() {   # translate and score one trained run (the control's first: the othe
   also "$name" "$R/$name/valid.vs_${ALSO[$name]:-}.json"
   case $name in doc2doc*|pt)   # the separator formats again, the source's sentence count forced (a second row)
     [ -f "$R/$name/valid.count.fr" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" \
-      -o "$R/$name/valid.count.fr" "${DECODE[@]}" --sentence-count --report "$R/$name/valid.count.coverage.json"
+      -o "$R/$name/valid.count.fr" "${DECODE[@]}" "${BATCH[@]}" --sentence-count --report "$R/$name/valid.count.coverage.json"
     newer "$R/$name/valid.count.json" "$R/$name/valid.count.fr" "$R/control/valid.fr" \
       || step docnmt evaluate --hyp "$R/$name/valid.count.fr" --ref "$S/valid/hansard.fr" --compare "$R/control/valid.fr" \
       --json "$R/$name/valid.count.json";;
