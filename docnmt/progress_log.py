@@ -5,14 +5,12 @@ log format, instead of a bar redrawn many times a second (a bar in a log file is
 redraw: a 1,200-update run wrote 180 KB of them)."""
 from __future__ import annotations
 
-import math
-import os
 import sys
 import time
 
 from tqdm.auto import tqdm
 
-from docnmt.errors import ConfigError
+from docnmt.ranges import seconds_from_env
 
 INTERVAL = 30.0          # seconds between lines when the stream is not a terminal
 
@@ -30,16 +28,7 @@ def progress_bar(iterable=None, *, file=None, clock=time.monotonic, interval: fl
 def interval_from_env() -> float:
     """The interval ``DOCNMT_PROGRESS_SECONDS`` sets (default 30): a bad value is one error line
     naming the variable, not a traceback from ``float``."""
-    text = os.environ.get("DOCNMT_PROGRESS_SECONDS", "").strip()
-    if not text:
-        return INTERVAL
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"DOCNMT_PROGRESS_SECONDS must be a number of seconds (0 or more), not {text!r}")
-    return value
+    return seconds_from_env("DOCNMT_PROGRESS_SECONDS", INTERVAL)
 
 
 def _is_terminal(stream) -> bool:

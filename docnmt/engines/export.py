@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from ..checkpoint import swap_into_place, work_dir_beside
+from ..checkpoint import check_replaceable, swap_into_place, work_dir_beside
 from ..errors import DocnmtError
 from .ct2_spec import convert, ct2_tokens, load_ctranslate2
 
@@ -41,7 +41,7 @@ def export_ct2(model_dir: str | Path, out_dir: str | Path, weights: str | Path |
         raise DocnmtError(f"--quantization {quantization}: use one of {', '.join(QUANTIZATIONS)}")
     if out_dir.resolve() == model_dir.resolve():
         raise DocnmtError(f"{out_dir}: the export would overwrite the model; write it to another directory")
-    _check_out(out_dir, force)
+    check_replaceable(out_dir, force, "export-ct2", RECORD)
     tr = Translator.load(model_dir, weights, "cpu")
     why = exportable(tr)
     if why:
@@ -72,17 +72,3 @@ def export_ct2(model_dir: str | Path, out_dir: str | Path, weights: str | Path |
     swap_into_place(work, out_dir)
     log(f"wrote a CTranslate2 model ({len(tokens)} tokens{', ' + quantization if quantization else ''}) to {out_dir}")
     return info
-
-
-def _check_out(out_dir: Path, force: bool) -> None:
-    """An error for a file, for a non-empty directory without ``--force``, and for one export-ct2
-    did not write even with it."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise DocnmtError(f"{out_dir} is a file; export-ct2 writes a directory")
-    if not out_dir.exists() or not any(out_dir.iterdir()):
-        return
-    if not force:
-        raise DocnmtError(f"{out_dir} exists and is not empty; choose another directory or pass --force")
-    if not (out_dir / RECORD).exists():
-        raise DocnmtError(f"{out_dir} is not a directory export-ct2 wrote (no {RECORD}), and --force only "
-                          "replaces those: remove it yourself or choose another directory")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import WEIGHTS, current_umask, swap_into_place, work_dir_beside
+from ..checkpoint import WEIGHTS, check_replaceable, current_umask, swap_into_place, work_dir_beside
 from ..config import Config
 from ..errors import DocnmtError
 from ..vocab import PretrainedVocab
@@ -60,7 +60,8 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, weights: str | Path | 
         raise DocnmtError(f"{model_dir}: not a docnmt model directory (no config.yaml)")
     if out_dir.resolve() == model_dir.resolve():
         raise DocnmtError(f"{out_dir}: the export would overwrite the model; write it to another directory")
-    _check_export_dir(out_dir, force)
+    check_replaceable(out_dir, force, "export-hf", EXPORT_RECORD,
+                      _exported_names(out_dir) if (out_dir / EXPORT_RECORD).is_file() else None)
     cfg = Config.load(model_dir / "config.yaml")
     vocab = Vocab.load(model_dir)
     native = not isinstance(vocab, PretrainedVocab)
@@ -155,25 +156,6 @@ def _hf_model(T, cfg: Config, vocab, model_dir: Path, sd: dict, rows: int, start
     return family, hf
 
 
-def _check_export_dir(out_dir: Path, force: bool) -> None:
-    """An error for a file, for any non-empty directory without ``--force``, and for one export-hf
-    did not write even with it (``--force`` replaces only an earlier export)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise DocnmtError(f"{out_dir} is a file; export-hf writes a directory")
-    if not out_dir.exists() or not any(out_dir.iterdir()):
-        return
-    if not force:
-        raise DocnmtError(f"{out_dir} exists and is not empty; choose another directory or pass --force")
-    if not (out_dir / EXPORT_RECORD).exists():
-        raise DocnmtError(f"{out_dir} is not a directory export-hf wrote (no {EXPORT_RECORD}), and --force only "
-                          "replaces those: remove it yourself or choose another directory")
-    ours = _exported_names(out_dir)
-    foreign = sorted(f.name for f in out_dir.iterdir() if f.name not in ours or f.is_dir())
-    if foreign:
-        raise DocnmtError(f"{out_dir} holds {foreign[0]}, which export-hf did not write, and --force only replaces an "
-                          "earlier export: remove it yourself or choose another directory")
-
-
 def _exported_names(out_dir: Path) -> set[str]:
     """The files an earlier export lists in its docnmt.json (one written before that list: the
     names a Hugging Face model and tokenizer directory holds)."""
@@ -190,7 +172,7 @@ def _exported_names(out_dir: Path) -> set[str]:
 
 def _put_in_place(work: Path, out_dir: Path) -> None:
     """Move the finished export ``work`` to ``out_dir`` (an earlier export there, or an empty or
-    absent directory: checked by _check_export_dir), its files readable as plain writes' would be."""
+    absent directory: checked by check_replaceable), its files readable as plain writes' would be."""
     for f in work.iterdir():            # safetensors and tempfile write 0600
         os.chmod(f, 0o666 & ~current_umask())
     swap_into_place(work, out_dir)

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from ..checkpoint import list_checkpoints
 from ..errors import DocnmtError
+from ..ranges import seconds_from_env
 
 
 class Distributed:
@@ -70,16 +71,8 @@ class Distributed:
 def collective_timeout() -> timedelta | None:
     """How long a collective waits for a process that hangs: ``DOCNMT_DIST_TIMEOUT`` seconds, else
     torch's default (None)."""
-    seconds = os.environ.get("DOCNMT_DIST_TIMEOUT", "").strip()
-    if not seconds:
-        return None
-    try:
-        value = float(seconds)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < 1e9:
-        raise DocnmtError(f"DOCNMT_DIST_TIMEOUT={seconds!r}: a positive number of seconds is needed")
-    return timedelta(seconds=value)
+    seconds = seconds_from_env("DOCNMT_DIST_TIMEOUT", None, zero_ok=False)
+    return None if seconds is None else timedelta(seconds=seconds)
 
 
 def collective_failed(error: RuntimeError) -> bool:

@@ -50,7 +50,8 @@ NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (contro
 ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos",
         "docflat_d_sentpos": "docflat_d", "doc2doc_sentpos": "doc2doc", "context_full": "context",
         "context_full_tok": "context_full", "gt_sentpos_lr1_nowd": "gt_sentpos_lr1",
-        "gt_dls_laa_lr1_nowd": "gt_sentpos_lr1_nowd", "gt_coword": "gt_sentpos_lr1_nowd", "gt_split": "gt_sentpos_lr1_nowd", "gt_margin": "gt_sentpos_lr1_nowd",
+        "gt_dls_laa_lr1_nowd": "gt_sentpos_lr1_nowd",
+        "gt_coword": "gt_sentpos_lr1_nowd", "gt_split": "gt_sentpos_lr1_nowd", "gt_margin": "gt_sentpos_lr1_nowd",
         "doc2doc_coword": "doc2doc", "doc2doc_split": "doc2doc", "doc2doc_margin": "doc2doc"}
 SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
           ("scat_yin2021_enfr", "SCAT valid"))
