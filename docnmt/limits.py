@@ -39,7 +39,8 @@ def check_translation(translator, docs, search, paths: list, fmt: str = "auto", 
     :class:`~docnmt.config.DecodeConfig`, extension settings included): every sentence fits the model (else a
     DataError naming its file and line), the search's score tensors fit the device, and a
     document decoded whole (``--max-instance-tokens 0``) is refused when its attention cannot
-    fit, or warned about with its size when it is longer than the model's positions."""
+    fit, or warned about with its size when it is longer than the model's positions; an instance
+    budget above the model's positions is warned about (a length-bias experiment's, docs/methods/length_bias.md)."""
     log = log or (lambda m: print(m, file=sys.stderr))
     cfg, vocab = translator.cfg, translator.vocab
     have = memory_bytes(translator.device)
@@ -64,7 +65,11 @@ def check_translation(translator, docs, search, paths: list, fmt: str = "auto", 
                           f"more than the {have / GIB:.1f} GiB of this {translator.device.type}; lower --batch-size "
                           "or --beam")
     walk = methods.decode_walk(cfg, search)
-    whole = cfg.data.is_document_level and cfg.data.max_instance_tokens <= 0 and not walk.cuts_documents
+    budget = cfg.data.max_instance_tokens
+    if cfg.data.is_document_level and budget > cfg.model.max_positions and not walk.cuts_documents:
+        log(f"warning: --max-instance-tokens {budget} is more than the model's {cfg.model.max_positions} positions: "
+            "positions it never saw in training are read beyond them, and time grows with the square of the length")
+    whole = cfg.data.is_document_level and budget <= 0 and not walk.cuts_documents
     if not whole or not docs:
         return
     k = int(np.argmax([int(lens.sum()) + len(lens) + 1 for lens in lengths]))

@@ -151,7 +151,7 @@ class Translator:
         corpus = Corpus.encode(docs, self.vocab, max_sentence_tokens=max_pos - 2, origin=origin)
         walk = methods.decode_walk(self.cfg, search)
         rounds = walk.rounds(self, corpus, search)
-        if not walk.cuts_documents and (self.cfg.data.max_instance_tokens > 0 or not self.cfg.data.is_document_level):
+        if not self.cfg.data.is_document_level:     # (document instances: as long as the budget asks, limits.py)
             check_lengths(InstanceSet(corpus, rounds[0][0], self.joiner), max_pos, origin)
         outputs: list[list[list[int]]] = [[] for _ in range(corpus.n_sents)]
         report = CoverageReport(documents=len(docs), sentences=corpus.n_sents,

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _tiny import chat_documents
+
 GOOD = "<d>\nHello .\nHow are you ?\n<d>\nGood bye .\n"
 GOOD_DE = "<d>\nHallo .\nWie geht es ?\n<d>\nTschuess .\n"
 LONG = " ".join(f"w{i}" for i in range(1500))          # more subword tokens than any limit here
@@ -911,6 +913,29 @@ def test_a_whole_document_whose_attention_cannot_fit_is_refused(small_vocab, mon
     doc = Document("talk", [f"sentence number {i} of a document ." for i in range(60)])
     with pytest.raises(ConfigError, match="document 'talk' is one instance of .* more than the 0.0 GiB"):
         limits.check_translation(tr, [doc], tr.cfg.decode, ["in.en"])
+
+
+@pytest.mark.parametrize("name", ["doc2doc", "gtransformer"])
+def test_an_instance_budget_above_the_models_positions_translates_with_a_warning(tiny_model, small_vocab, tmp_path,
+                                                                                  name):
+    """--max-instance-tokens above the model's positions is the length-bias experiment's question:
+    translated (sinusoidal positions grow; a G-Transformer with sentence positions reads none past a
+    sentence), with a warning naming both figures, like a whole document (it was refused)."""
+    from docnmt.limits import check_translation
+    from docnmt.translate import Translator
+    tr = Translator.load(tiny_model(name), None, "cpu")
+    tr.cfg.model.max_positions, tr.cfg.data.max_instance_tokens = 32, 128
+    short = [s for d in chat_documents("valid") for s in d.src if len(s.split()) <= 5][:30]
+    doc = Document("chat", short)
+    said = []
+    check_translation(tr, [doc], tr.cfg.decode, [str(tmp_path / "in.en")], log=said.append)
+    assert len(said) == 1 and "--max-instance-tokens 128 is more than the model's 32 positions" in said[0]
+    out, report = tr.translate([doc.src])
+    assert len(out[0].tgt) == len(doc.src) and report.instances < len(doc.src) / 4     # instances > 32 tokens
+    tr.cfg.data.max_instance_tokens = 32
+    said.clear()
+    check_translation(tr, [doc], tr.cfg.decode, [str(tmp_path / "in.en")], log=said.append)
+    assert not said                                                  # within the positions: nothing to say
 
 
 def test_search_scores_that_cannot_fit_are_refused_naming_beam_and_batch_size(small_vocab, monkeypatch):
