@@ -68,7 +68,7 @@ def check_translation(translator, docs, search, paths: list, fmt: str = "auto", 
     budget = cfg.data.max_instance_tokens
     if cfg.data.is_document_level and budget > cfg.model.max_positions and not walk.cuts_documents:
         log(f"warning: --max-instance-tokens {budget} is more than the model's {cfg.model.max_positions} positions: "
-            "positions it never saw in training are read beyond them, and time grows with the square of the length")
+            "instances longer than it was built for (time grows with the square of the length)")
     whole = cfg.data.is_document_level and budget <= 0 and not walk.cuts_documents
     if not whole or not docs:
         return
