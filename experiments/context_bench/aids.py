@@ -33,10 +33,12 @@ AIDS = {"none": [], "coword": ["--coword-dropout", 0.1], "split": ["--split-pair
 RECIPES = {"grid": {},
            "tier_mfr": {"gt": ["--set", "method.sentence_positions=true", "--pretrained-lr-scale", 1.0,
                                "--word-dropout", 0]},
-           "sentpos": {"gt": ["--set", "method.sentence_positions=true"]},    # the paper's recipe, positions restarting
+           "sentpos": {"gt": ["--set", "method.sentence_positions=true"],    # the paper's recipe, positions restarting
+                       "doc2doc": ["--sentence-positions"]},
            # the two other changes of tier_mfr, each beside positions restarting (sentpos alone stays at chance)
            "sentpos_lr1": {"gt": ["--set", "method.sentence_positions=true", "--pretrained-lr-scale", 1.0]},
-           "sentpos_nowd": {"gt": ["--set", "method.sentence_positions=true", "--word-dropout", 0]}}
+           "sentpos_nowd": {"gt": ["--set", "method.sentence_positions=true", "--word-dropout", 0]},
+           "nowd": {"gt": ["--word-dropout", 0]}}      # the paper's recipe without its word dropout
 SUITES = [f"{dep}_k{k}" for dep in ("target", "source") for k in (1, 2, 3)]
 
 
