@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("--work", default=str(ROOT / "runs" / "length_bias"))
     ap.add_argument("--results", default=str(HERE / "results"))
     ap.add_argument("--train-budget", type=int, default=512, help="the model's training instance budget")
+    ap.add_argument("--keys", default="", help="only these settings, comma-separated (e.g. 4096,whole+sliding): "
+                    "two processes can share one model's decodes")
     args = ap.parse_args()
     work, results = Path(args.work), Path(args.results)
     work.mkdir(parents=True, exist_ok=True)
@@ -78,7 +80,7 @@ def main() -> None:
     rows = json.loads(out_json.read_text()) if out_json.exists() else {}
     for budget, sliding in settings(0.8 * args.train_budget):
         key = f"{budget or 'whole'}{'+sliding' if sliding else ''}"
-        if key in rows:
+        if key in rows or (args.keys and key not in args.keys.split(",")):
             continue
         hyp, report, scores = (work / f"{args.name}.{key}.{ext}" for ext in ("fr", "coverage.json", "bleu.json"))
         timing = work / f"{args.name}.{key}.seconds"
@@ -90,6 +92,7 @@ def main() -> None:
         seconds = float(timing.read_text())
         scores.unlink(missing_ok=True)
         docnmt("evaluate", "--hyp", hyp, "--ref", ref, "--json", scores)
+        rows = json.loads(out_json.read_text()) if out_json.exists() else {}     # another process's rows kept
         rows[key] = {"budget": budget, "sliding": sliding, "seconds": seconds,
                      "scores": json.loads(scores.read_text()), "coverage": json.loads(report.read_text())}
         out_json.write_text(json.dumps(rows, indent=1) + "\n")
