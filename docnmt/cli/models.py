@@ -102,8 +102,13 @@ def cmd_import_hf(args) -> int:
 def add_export_hf(sub) -> None:
     p = add_verb(sub, "export-hf", "write a Transformer model (sentence-level or Doc2Doc) as a Hugging Face "
                                    "directory (needs pip install docnmt[hf])")
+    _export_args(p, "Hugging Face")
+
+
+def _export_args(p, kind: str) -> None:
+    """The arguments every export verb takes."""
     p.add_argument("model", help="docnmt model directory")
-    p.add_argument("out", metavar="DIR", help="Hugging Face directory to write")
+    p.add_argument("out", metavar="DIR", help=f"{kind} directory to write")
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
     p.add_argument("--force", action="store_true", help="replace an earlier export in DIR")
 
@@ -111,12 +116,9 @@ def add_export_hf(sub) -> None:
 def add_export_ct2(sub) -> None:
     p = add_verb(sub, "export-ct2", "write a Transformer model (sentence-level, Doc2Sent or Doc2Doc) as a "
                                     "CTranslate2 model directory (needs pip install docnmt[ct2])")
-    p.add_argument("model", help="docnmt model directory")
-    p.add_argument("out", metavar="DIR", help="CTranslate2 directory to write")
-    p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
+    _export_args(p, "CTranslate2")
     p.add_argument("--quantization", help="store the weights as int8, int8_float32, float16, bfloat16, ... "
                                           "(default: float32; CTranslate2 can also quantize when it loads)")
-    p.add_argument("--force", action="store_true", help="replace an earlier export in DIR")
 
 
 def cmd_export_ct2(args) -> int:
