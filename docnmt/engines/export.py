@@ -8,8 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
-from ..checkpoint import check_replaceable, swap_into_place, work_dir_beside
+from ..checkpoint import swap_into_place, work_dir_beside
 from ..errors import DocnmtError
+from ..export_dir import check_replaceable
 from .ct2_spec import convert, ct2_tokens, load_ctranslate2
 
 RECORD = "docnmt_ct2.json"          # marks a directory export-ct2 wrote (--force replaces only those)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import WEIGHTS, check_replaceable, current_umask, swap_into_place, work_dir_beside
+from ..checkpoint import WEIGHTS, current_umask, swap_into_place, work_dir_beside
 from ..config import Config
 from ..errors import DocnmtError
+from ..export_dir import check_replaceable
 from ..vocab import PretrainedVocab
 from .common import FAMILIES, TOKENIZER_DIR, load_transformers
 from .tokenizer import export_tokenizer
