@@ -22,7 +22,7 @@ FINITE_ABOVE_0 = (lambda v: math.isfinite(v) and v > 0, "a finite number above 0
 
 def seconds_from_env(name: str, default: float | None, zero_ok: bool = True) -> float | None:
     """The seconds environment variable ``name`` sets (``default`` when unset or blank); a value
-    that is not a finite number of seconds (or is 0 where ``zero_ok`` is false) is one
+    that is not a number of seconds below 1e9 (or is 0 where ``zero_ok`` is false) is one
     :class:`~docnmt.errors.ConfigError` naming the variable, not a traceback from ``float``."""
     from .errors import ConfigError
     text = os.environ.get(name, "").strip()
@@ -32,6 +32,7 @@ def seconds_from_env(name: str, default: float | None, zero_ok: bool = True) -> 
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and (value >= 0 if zero_ok else value > 0)):
-        raise ConfigError(f"{name}={text!r}: must be a number of seconds ({'0 or more' if zero_ok else 'more than 0'})")
+    if not ((value >= 0 if zero_ok else value > 0) and value < 1e9):      # (NaN fails both; 1e9 s: 31 years)
+        raise ConfigError(f"{name}={text!r}: must be a number of seconds ({'0 or more' if zero_ok else 'more than 0'}, "
+                          "below 1e9)")
     return value

@@ -426,7 +426,7 @@ def test_a_full_disk_under_train_log_is_one_error_naming_it(tmp_path):
         run.close()
 
 
-@pytest.mark.parametrize("value", ["x", "0", "-3", "nan", "inf"])
+@pytest.mark.parametrize("value", ["x", "0", "-3", "nan", "inf", "1e20"])
 def test_a_bad_dist_timeout_is_one_error(monkeypatch, value):
     from docnmt.errors import DocnmtError
     from docnmt.training.distributed import collective_timeout
