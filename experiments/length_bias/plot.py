@@ -5,7 +5,8 @@ table ``results/table.md`` (d-BLEU / s-BLEU / seconds per setting, the training 
     python experiments/length_bias/plot.py [--results DIR] [--train-budget 512]
 
 Budgets are placed on a log-2 axis; "whole" (each document as one instance) sits one step past
-the longest budget measured. A model with only some settings done is drawn with what it has.
+the longest budget measured; the d-BLEU axis spans at least 4 points, so that differences of a
+few tenths look like that. A model with only some settings done is drawn with what it has.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import math
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+MIN_SPAN = 4.0       # d-BLEU the y axis spans at least
 
 
 def load(results: Path) -> dict[str, dict]:
@@ -75,6 +77,10 @@ def plot(models: dict[str, dict], dest: Path, train_budget: int) -> None:
     for label, points in lines(models):
         ax.plot([x[b] for b, _ in points], [y for _, y in points], marker="o", color=colours[label.split(" (")[0]],
                 linestyle="--" if label.endswith("(sliding)") else "-", label=label)
+    low, high = ax.get_ylim()
+    if high - low < MIN_SPAN:      # a few tenths of BLEU drawn as a few tenths, not across the whole plot
+        mid = (low + high) / 2
+        ax.set_ylim(mid - MIN_SPAN / 2, mid + MIN_SPAN / 2)
     ticks = sorted(x.items(), key=lambda kv: kv[1])
     ax.set_xticks([v for _, v in ticks], [str(b) if b else "whole" for b, _ in ticks])
     if train_budget in x:
