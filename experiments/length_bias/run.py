@@ -5,8 +5,8 @@ documents fully recovered per setting, one JSON and one plot.
 The documents are ``--sents`` sentences of debate from each of the first ``--docs`` Hansard validation sittings,
 after the first ``--skip`` (a sitting opens with its table of contents and lists of names, which a
 model copies), so a whole document is far longer than the 512-token training instances. Every decode is kept in the
-work directory and skipped when there; sliding decoding only changes instances longer than its
-window (0.8 x the training budget), so it is run for the budgets above that.
+work directory and skipped when there. Sliding decoding (``--sliding``) slides a window of 0.8 x
+the instance budget over each whole document, so it is run at every budget but whole documents.
 
     python experiments/length_bias/run.py --model experiments/tier_mfr/results/gt_sentpos_lr1_nowd --name gt_sentpos
 """
@@ -52,8 +52,10 @@ def docnmt(*argv) -> None:
     subprocess.run([sys.executable, "-m", "docnmt.cli", *map(str, argv)], cwd=ROOT, env=env, check=True)
 
 
-def settings(window_tokens: float) -> list[tuple[int, bool]]:
-    return [(b, False) for b in BUDGETS] + [(b, True) for b in BUDGETS if b == 0 or b > window_tokens]
+def settings() -> list[tuple[int, bool]]:
+    """Every budget plain, and every budget but whole documents with sliding decoding, whose window
+    is 0.8 x the budget (a whole document has no window to slide)."""
+    return [(b, False) for b in BUDGETS] + [(b, True) for b in BUDGETS if b]
 
 
 def main() -> None:
@@ -65,7 +67,6 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=3, help="sittings")
     ap.add_argument("--work", default=str(ROOT / "runs" / "length_bias"))
     ap.add_argument("--results", default=str(HERE / "results"))
-    ap.add_argument("--train-budget", type=int, default=512, help="the model's training instance budget")
     ap.add_argument("--keys", default="", help="only these settings, comma-separated (e.g. 4096,whole+sliding): "
                     "two processes can share one model's decodes")
     args = ap.parse_args()
@@ -78,7 +79,7 @@ def main() -> None:
             cut(ENFR / "valid" / f"hansard.{lang}", path, args.docs, args.skip, args.sents)
     out_json = results / f"{args.name}.json"
     rows = json.loads(out_json.read_text()) if out_json.exists() else {}
-    for budget, sliding in settings(0.8 * args.train_budget):
+    for budget, sliding in settings():
         key = f"{budget or 'whole'}{'+sliding' if sliding else ''}"
         if key in rows or (args.keys and key not in args.keys.split(",")):
             continue
