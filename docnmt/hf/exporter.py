@@ -61,8 +61,7 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, weights: str | Path | 
         raise DocnmtError(f"{model_dir}: not a docnmt model directory (no config.yaml)")
     if out_dir.resolve() == model_dir.resolve():
         raise DocnmtError(f"{out_dir}: the export would overwrite the model; write it to another directory")
-    check_replaceable(out_dir, force, "export-hf", EXPORT_RECORD,
-                      _exported_names(out_dir) if (out_dir / EXPORT_RECORD).is_file() else None)
+    check_replaceable(out_dir, force, "export-hf", EXPORT_RECORD, _exported_names(out_dir))
     cfg = Config.load(model_dir / "config.yaml")
     vocab = Vocab.load(model_dir)
     native = not isinstance(vocab, PretrainedVocab)
