@@ -198,7 +198,8 @@ def test_the_target_verdict_needs_d_bleu_and_a_suite_better_with_every_sentence_
     assert rows[tbl.NAMES["pt"]][3:] == ["no", "no"] and rows[counted][3:] == ["yes", "yes"]
     scores = {r[0]: r for r in tbl.rows(tmp_path)}
     assert scores[counted][-1] == "6/6 (0 empty)" and scores[tbl.NAMES["pt"]][-1] == "2/6 (40 empty)"
-    assert scores[counted][-2] == scores[tbl.NAMES["pt"]][-2] == "60.0 (+5.0, p=0.020)"
+    scat = tbl.HEADER.index("SCAT valid % (Δ, p)")
+    assert scores[counted][scat] == scores[tbl.NAMES["pt"]][scat] == "60.0 (+5.0, p=0.020)"
 
 
 def test_a_scored_but_untrained_model_keeps_only_its_scores_and_comes_back_without_cxmi(tmp_path):
@@ -492,3 +493,11 @@ def test_suite_groups_count_a_choice_that_changes_with_the_context():
         mod.context_groups(described, [{"scores": r["scores"]} for r in reads])
     with pytest.raises(ValueError, match="3 scored examples"):
         mod.context_groups(examples, reads[:3])
+
+
+def test_every_named_run_is_in_every_table():
+    """A run missing from ORDER got a scores row (rows() lists every folder) but no context-usage or
+    verdict row: the training aids' runs were."""
+    tbl = script()
+    assert set(tbl.NAMES) - {"stage1"} == set(tbl.ORDER)
+    assert set(tbl.ALSO) <= set(tbl.ORDER)

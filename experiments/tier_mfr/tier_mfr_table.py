@@ -27,7 +27,8 @@ import json
 from pathlib import Path
 
 ORDER = ["control", "doc2doc", "doc2doc_sentpos", "gt", "gt_sentpos", "gt_sentpos_lr1", "gt_sentpos_lr1_nowd",
-         "gt_dls_laa", "gt_dls_laa_lr1_nowd", "pt", "docflat_d", "docflat_d_sentpos", "context", "context_full",
+         "gt_dls_laa", "gt_dls_laa_lr1_nowd", "gt_coword", "gt_split", "gt_margin", "doc2doc_coword", "doc2doc_split",
+         "doc2doc_margin", "pt", "docflat_d", "docflat_d_sentpos", "context", "context_full",
          "context_full_tok"]
 NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (control)", "doc2doc": "Doc2Doc",
          "gt": "G-Transformer (fine-tuned)", "gt_sentpos": "G-Transformer (fine-tuned, sentence positions)",
@@ -54,7 +55,11 @@ ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt
         "gt_coword": "gt_sentpos_lr1_nowd", "gt_split": "gt_sentpos_lr1_nowd", "gt_margin": "gt_sentpos_lr1_nowd",
         "doc2doc_coword": "doc2doc", "doc2doc_split": "doc2doc", "doc2doc_margin": "doc2doc"}
 SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
-          ("scat_yin2021_enfr", "SCAT valid"))
+          ("scat_yin2021_enfr", "SCAT valid"),
+          # the in-domain pronoun suite (experiments/hansard_pronouns): all examples, and those whose
+          # antecedent is in an earlier sentence
+          ("hansard_all", "Hansard pronouns"), ("hansard_antecedent", "Hansard pronouns, antecedent earlier"))
+MARKERS = "os^Dv"     # one per suite in the plot
 # the separator formats decoded a second time with the source's sentence count forced (translate
 # --sentence-count): valid.count.json and valid.count.coverage.json beside the run's own; the same
 # model, so the same training, NLL and suite scores (teacher-forced, whatever the decoding)
@@ -297,10 +302,10 @@ def plot(root: Path, path: Path) -> None:
             left.errorbar([d], [y], xerr=[[max(0.0, d - lo)], [max(0.0, hi - d)]], fmt="o", color="C0", capsize=3,
                           mfc="C0" if p < ALPHA else "white")
         for k, d, p in marks:
-            right.plot([d], [y + 0.15 * (k - 1)], "os^"[k], color=f"C{k + 1}",
+            right.plot([d], [y + 0.12 * (k - (len(SUITES) - 1) / 2)], MARKERS[k], color=f"C{k + 1}",
                        mfc=f"C{k + 1}" if p < ALPHA else "white")
     for k, (_, s_label) in enumerate(SUITES):
-        right.plot([], [], "os^"[k], color=f"C{k + 1}", label=s_label)
+        right.plot([], [], MARKERS[k], color=f"C{k + 1}", label=s_label)
     fig.legend(*right.get_legend_handles_labels(), fontsize=8, loc="lower right", ncol=3)
     for ax, xlabel in ((left, "d-BLEU − baseline\n(95% bootstrap interval)"),
                        (right, "suite accuracy − baseline\n(points)")):
