@@ -315,7 +315,7 @@ def plot(root: Path, path: Path) -> None:
     left.set_yticks(ys, labels, fontsize=8)
     fig.suptitle("Tier M-fr: each system against the control (or the named baseline); "
                  "filled: p < 0.05", fontsize=9)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout(rect=(0, 0.06, 1, 0.98))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
