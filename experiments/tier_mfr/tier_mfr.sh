@@ -140,11 +140,19 @@ declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt_sentpos [gt_sentpos]=gt [gt_se
                 [context_full_tok]=context_full [gt_sentpos_lr1_nowd]=gt_sentpos_lr1
                 [gt_dls_laa_lr1_nowd]=gt_sentpos_lr1_nowd [gt_coword]=gt_sentpos_lr1_nowd [gt_split]=gt_sentpos_lr1_nowd [gt_margin]=gt_sentpos_lr1_nowd
                 [doc2doc_coword]=doc2doc [doc2doc_split]=doc2doc [doc2doc_margin]=doc2doc)    # second baselines: valid.vs_<baseline>.json
-also() {   # the paired bootstrap of run $1 against its second baseline, into $2 (when both are translated)
-  local base=${ALSO[$1]:-}
-  [ -n "$base" ] && [ -f "$R/$base/valid.fr" ] && [ -f "$R/$1/valid.fr" ] || return 0
-  newer "$2" "$R/$1/valid.fr" "$R/$base/valid.fr" \
-    || step docnmt evaluate --hyp "$R/$1/valid.fr" --ref "$S/valid/hansard.fr" --compare "$R/$base/valid.fr" --json "$2"
+also() {   # the paired bootstrap of run $1 against its second baseline, into $2 (when both are translated;
+  # a baseline scored in an earlier queue, its run gone from $R, is compared through its kept translation)
+  local base=${ALSO[$1]:-} other
+  [ -n "$base" ] && [ -f "$R/$1/valid.fr" ] || return 0
+  other=$R/$base/valid.fr
+  if [ ! -f "$other" ] && [ -f "$KEEP/$base/valid.fr.gz" ]; then
+    other=$R/kept_translations/$base.valid.fr
+    mkdir -p "$R/kept_translations"
+    [ -f "$other" ] || gunzip -c "$KEEP/$base/valid.fr.gz" > "$other"
+  fi
+  [ -f "$other" ] || return 0
+  newer "$2" "$R/$1/valid.fr" "$other" \
+    || step docnmt evaluate --hyp "$R/$1/valid.fr" --ref "$S/valid/hansard.fr" --compare "$other" --json "$2"
 }
 
 score() {   # translate and score one trained run (the control's first: the others are compared with it)
