@@ -47,6 +47,24 @@ def cut(src: Path, dest: Path, docs: int, skip: int, sents: int) -> None:
     dest.write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
+def document_lengths(src: Path, spm_model: Path) -> list[dict]:
+    """Each document's sentences and source length in the model's word pieces, with and without one
+    end-of-sentence token per sentence (what an instance holding the whole document counts)."""
+    import sentencepiece
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
+    docs: list[list[str]] = []
+    for line in src.read_text(encoding="utf-8").splitlines():
+        if line == "<d>":
+            docs.append([])
+        else:
+            docs[-1].append(line)
+    out = []
+    for doc in docs:
+        pieces = sum(len(sp.encode(s)) for s in doc)
+        out.append({"sentences": len(doc), "word_pieces": pieces, "with_sentence_ends": pieces + len(doc)})
+    return out
+
+
 def docnmt(*argv) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-m", "docnmt.cli", *map(str, argv)], cwd=ROOT, env=env, check=True)
@@ -77,6 +95,11 @@ def main() -> None:
     for lang, path in (("en", src), ("fr", ref)):
         if not path.exists():
             cut(ENFR / "valid" / f"hansard.{lang}", path, args.docs, args.skip, args.sents)
+    lengths = results / "documents.json"
+    spm_model = Path(args.model) / "spm.model"
+    if not lengths.exists() and spm_model.exists():
+        docs = document_lengths(src, spm_model)
+        lengths.write_text(json.dumps({"source": src.name, "documents": docs}, indent=1) + "\n")
     out_json = results / f"{args.name}.json"
     rows = json.loads(out_json.read_text()) if out_json.exists() else {}
     for budget, sliding in settings():

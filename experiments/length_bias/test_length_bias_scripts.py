@@ -77,3 +77,18 @@ def test_the_paired_file_holds_each_test_with_the_worse_system_negative(tmp_path
     assert worse["s_bleu"]["delta"] < 0 and worse["s_bleu"]["p_value"] < 0.05
     assert rows[(f"{m1}.512", f"{m1}.4096")]["s_bleu"]["delta"] < 0
     assert rows[(f"{m0}.512", f"{m0}.128")]["s_bleu"]["delta"] == 0      # identical translations
+
+
+def test_document_lengths_count_each_documents_word_pieces(tmp_path):
+    import sentencepiece
+    text = tmp_path / "text"
+    text.write_text("".join(f"the member for riding {i} said that the bill was read\n" for i in range(50)))
+    sentencepiece.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "spm"), vocab_size=30,
+                                             minloglevel=2)
+    src = tmp_path / "src"
+    src.write_text("<d>\nthe bill\nthe member said\n<d>\nread\n")
+    docs = run.document_lengths(src, tmp_path / "spm.model")
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "spm.model"))
+    first, second = len(sp.encode("the bill")) + len(sp.encode("the member said")), len(sp.encode("read"))
+    assert docs == [{"sentences": 2, "word_pieces": first, "with_sentence_ends": first + 2},
+                    {"sentences": 1, "word_pieces": second, "with_sentence_ends": second + 1}]
