@@ -501,3 +501,8 @@ def test_every_named_run_is_in_every_table():
     tbl = script()
     assert set(tbl.NAMES) - {"stage1"} == set(tbl.ORDER)
     assert set(tbl.ALSO) <= set(tbl.ORDER)
+    import re
+    text = (HERE / "tier_mfr.sh").read_text()
+    block = text[text.index("declare -A ARCH=("):]
+    block = block[:block.index("\n)\n")]
+    assert set(re.findall(r"^  \[(\w+)\]=", block, re.M)) == set(tbl.ORDER)     # every run the queue can train

@@ -124,6 +124,14 @@ declare -A ARCH=(
   [doc2doc_coword]="--arch doc2doc_small --coword-dropout 0.1"
   [doc2doc_split]="--arch doc2doc_small --split-pairs 0.3"
   [doc2doc_margin]="--arch doc2doc_small --context-margin 0.5"
+  # the best pair of aids (issue 67 asks for it once each aid alone is scored): every pair is defined,
+  # the one chosen is run with ONLY=<name> (none is in the default queue)
+  [gt_coword_split]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0 --coword-dropout 0.1 --split-pairs 0.3"
+  [gt_coword_margin]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0 --coword-dropout 0.1 --context-margin 0.5"
+  [gt_split_margin]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0 --split-pairs 0.3 --context-margin 0.5"
+  [doc2doc_coword_split]="--arch doc2doc_small --coword-dropout 0.1 --split-pairs 0.3"
+  [doc2doc_coword_margin]="--arch doc2doc_small --coword-dropout 0.1 --context-margin 0.5"
+  [doc2doc_split_margin]="--arch doc2doc_small --split-pairs 0.3 --context-margin 0.5"
 )
 RUNS=${ONLY:-"control gt gt_sentpos stage1 context gt_sentpos_lr1 docflat_d doc2doc pt gt_dls_laa context_full gt_sentpos_lr1_nowd context_full_tok gt_dls_laa_lr1_nowd docflat_d_sentpos doc2doc_sentpos gt_coword gt_split gt_margin doc2doc_coword doc2doc_split doc2doc_margin"}     # stage1: scored only
 # one output limit for every system: 1.2 x source + 10 word pieces per sentence (the sentence presets'
@@ -139,7 +147,9 @@ declare -A ALSO=([context]=stage1 [gt_dls_laa]=gt_sentpos [gt_sentpos]=gt [gt_se
                 [docflat_d_sentpos]=docflat_d [doc2doc_sentpos]=doc2doc [context_full]=context
                 [context_full_tok]=context_full [gt_sentpos_lr1_nowd]=gt_sentpos_lr1
                 [gt_dls_laa_lr1_nowd]=gt_sentpos_lr1_nowd [gt_coword]=gt_sentpos_lr1_nowd [gt_split]=gt_sentpos_lr1_nowd [gt_margin]=gt_sentpos_lr1_nowd
-                [doc2doc_coword]=doc2doc [doc2doc_split]=doc2doc [doc2doc_margin]=doc2doc)    # second baselines: valid.vs_<baseline>.json
+                [doc2doc_coword]=doc2doc [doc2doc_split]=doc2doc [doc2doc_margin]=doc2doc
+                [gt_coword_split]=gt_sentpos_lr1_nowd [gt_coword_margin]=gt_sentpos_lr1_nowd [gt_split_margin]=gt_sentpos_lr1_nowd
+                [doc2doc_coword_split]=doc2doc [doc2doc_coword_margin]=doc2doc [doc2doc_split_margin]=doc2doc)    # second baselines: valid.vs_<baseline>.json
 also() {   # the paired bootstrap of run $1 against its second baseline, into $2 (when both are translated;
   # a baseline scored in an earlier queue, its run gone from $R, is compared through its kept translation)
   local base=${ALSO[$1]:-} other

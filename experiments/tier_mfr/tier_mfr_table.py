@@ -28,8 +28,9 @@ from pathlib import Path
 
 ORDER = ["control", "doc2doc", "doc2doc_sentpos", "gt", "gt_sentpos", "gt_sentpos_lr1", "gt_sentpos_lr1_nowd",
          "gt_dls_laa", "gt_dls_laa_lr1_nowd", "gt_coword", "gt_split", "gt_margin", "doc2doc_coword", "doc2doc_split",
-         "doc2doc_margin", "pt", "docflat_d", "docflat_d_sentpos", "context", "context_full",
-         "context_full_tok"]
+         "doc2doc_margin", "gt_coword_split", "gt_coword_margin", "gt_split_margin", "doc2doc_coword_split",
+         "doc2doc_coword_margin", "doc2doc_split_margin", "pt", "docflat_d", "docflat_d_sentpos", "context",
+         "context_full", "context_full_tok"]
 NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (control)", "doc2doc": "Doc2Doc",
          "gt": "G-Transformer (fine-tuned)", "gt_sentpos": "G-Transformer (fine-tuned, sentence positions)",
          "gt_sentpos_lr1": "G-Transformer (fine-tuned, sentence positions, full lr)",
@@ -46,14 +47,22 @@ NAMES = {"stage1": "Sent2Sent, stage 1", "control": "Sent2Sent continued (contro
          "gt_split": "G-Transformer (as gt_sentpos_lr1_nowd) + split pairs 0.3",
          "gt_margin": "G-Transformer (as gt_sentpos_lr1_nowd) + context margin 0.5",
          "doc2doc_coword": "Doc2Doc + CoWord dropout 0.1", "doc2doc_split": "Doc2Doc + split pairs 0.3",
-         "doc2doc_margin": "Doc2Doc + context margin 0.5"}
+         "doc2doc_margin": "Doc2Doc + context margin 0.5",
+         "gt_coword_split": "G-Transformer (as gt_sentpos_lr1_nowd) + CoWord dropout 0.1 + split pairs 0.3",
+         "gt_coword_margin": "G-Transformer (as gt_sentpos_lr1_nowd) + CoWord dropout 0.1 + context margin 0.5",
+         "gt_split_margin": "G-Transformer (as gt_sentpos_lr1_nowd) + split pairs 0.3 + context margin 0.5",
+         "doc2doc_coword_split": "Doc2Doc + CoWord dropout 0.1 + split pairs 0.3",
+         "doc2doc_coword_margin": "Doc2Doc + CoWord dropout 0.1 + context margin 0.5",
+         "doc2doc_split_margin": "Doc2Doc + split pairs 0.3 + context margin 0.5"}
 # second baselines (experiments/tier_mfr/tier_mfr.sh)
 ALSO = {"context": "stage1", "gt_dls_laa": "gt_sentpos", "gt_sentpos": "gt", "gt_sentpos_lr1": "gt_sentpos",
         "docflat_d_sentpos": "docflat_d", "doc2doc_sentpos": "doc2doc", "context_full": "context",
         "context_full_tok": "context_full", "gt_sentpos_lr1_nowd": "gt_sentpos_lr1",
         "gt_dls_laa_lr1_nowd": "gt_sentpos_lr1_nowd",
         "gt_coword": "gt_sentpos_lr1_nowd", "gt_split": "gt_sentpos_lr1_nowd", "gt_margin": "gt_sentpos_lr1_nowd",
-        "doc2doc_coword": "doc2doc", "doc2doc_split": "doc2doc", "doc2doc_margin": "doc2doc"}
+        "doc2doc_coword": "doc2doc", "doc2doc_split": "doc2doc", "doc2doc_margin": "doc2doc",
+        **{f"gt_{pair}": "gt_sentpos_lr1_nowd" for pair in ("coword_split", "coword_margin", "split_margin")},
+        **{f"doc2doc_{pair}": "doc2doc" for pair in ("coword_split", "coword_margin", "split_margin")}}
 SUITES = (("anaphora", "Bawden anaphora"), ("lexical-choice", "Bawden lexical choice"),
           ("scat_yin2021_enfr", "SCAT valid"),
           # the in-domain pronoun suite (experiments/hansard_pronouns): all examples, and those whose
