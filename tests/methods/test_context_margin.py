@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from _tiny import DOC_METHODS, aid_trainer, tiny_config
+from _tiny import DOC_METHODS, aid_trainer, history, tiny_config
 from docnmt import methods
 from docnmt.config import Config
 from docnmt.data import InstanceSet, build_instances
@@ -111,3 +111,21 @@ def test_one_update_with_every_document_method(name, tiny_dir, tmp_path):
     assert term is not None and term.requires_grad and term.item() >= 0
     tr.train()
     assert tr.progress.updates == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["doc2doc", "gtransformer"])
+def test_the_three_aids_train_together(name, tiny_dir, tmp_path):
+    """The pairs of aids Tier M-fr runs (experiments/tier_mfr/tier_mfr.sh): CoWord dropout, split pairs
+    and the margin in one update, the margin scoring batches that hold split halves."""
+    tr = aid_trainer(name, tiny_dir / "data", tmp_path / "m",
+                     {"train.coword_dropout": 0.3, "train.split_pairs": 0.5, "train.context_margin": 0.5,
+                      "train.context_margin_prob": 1.0})
+    assert tr.train_set.corpus.n_docs > tr.data.train_corpus.n_docs        # the halves are there
+    batch = tr.collate(tr.epoch_batches(1)[0], 1, 0)
+    term = methods.train_loss(tr.cfg, tr.model, batch, None, tr.train_set)
+    assert term is not None and term.requires_grad
+    tr.train()
+    assert tr.progress.updates == 1
+    losses = [r["loss"] for r in history(tmp_path / "m") if "loss" in r]
+    assert losses and all(np.isfinite(x) for x in losses)
