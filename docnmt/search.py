@@ -35,6 +35,7 @@ from torch import Tensor
 
 from .decoder_state import DecoderCache, StaticDecoderCache, bucket
 from .model import Transformer
+from .ops import decoding_mode
 
 
 @dataclass
@@ -102,7 +103,7 @@ class NoRepeatNgram:
         lprobs[row, grams[row, win, -1]] = float("-inf")
 
 
-@torch.inference_mode()
+@decoding_mode
 def beam_search(model: Transformer, src: Tensor, cfg: SearchConfig, bos: int | Tensor, eos: int,
                 banned: Sequence[int] = (), prefix: list[list[int]] | None = None,
                 processors: Sequence[Processor] = (), max_len: Tensor | None = None,

@@ -393,3 +393,33 @@ def test_ranks_without_a_candidate_repeat_rank_zero_while_a_prefix_is_forced(met
                 assert (rows == rows[:1]).all(), (i, rows)
                 checked += 1
     assert checked > 6
+
+
+def test_bf16_decoding_casts_each_weight_once_per_batch(trained):
+    """Under autocast, decoding runs outside inference mode so that autocast keeps each weight's
+    bf16 copy: without it every step cast every weight again (bf16 slower than fp32 on a CPU).
+    The translations are those of the same autocast either way."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    tr, _ = trained
+    src, _ = sources(tr, 4)
+    weights = {p.data_ptr() for p in tr.model.parameters()}
+
+    class Casts(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.weight_casts = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            casts = (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype)     # the second in inference mode
+            if func in casts and args[0].data_ptr() in weights:
+                self.weight_casts += 1
+            return func(*args, **(kwargs or {}))
+
+    cfg = SearchConfig(beam=2, max_len_b=12)
+    with Casts() as casts, torch.autocast("cpu", dtype=torch.bfloat16):
+        hyps = beam_search(tr.model, src, cfg, 2, 3, banned=tr.banned_ids(True))
+    assert max(len(h[0].tokens) for h in hyps) >= 2          # two steps or more, each reading every weight
+    assert 0 < casts.weight_casts <= len(weights)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):       # every step casting anew
+        again = beam_search.__wrapped__(tr.model, src, cfg, 2, 3, banned=tr.banned_ids(True))
+    assert [(h[0].tokens, h[0].score) for h in again] == [(h[0].tokens, h[0].score) for h in hyps]
