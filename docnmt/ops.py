@@ -208,7 +208,7 @@ def decoding_mode(fn):
     """``torch.inference_mode`` around ``fn(model, src, ...)``, except under autocast, where it is
     ``torch.no_grad``: autocast keeps each weight's low-precision copy for the whole region only
     outside inference mode, so in it every decoding step would cast every weight again
-    (``--precision bf16`` decoding was slower than fp32 on a CPU for it)."""
+    (docs/performance.md: 4-6% of a bf16 decode on a CPU)."""
     import functools
 
     @functools.wraps(fn)

@@ -397,7 +397,7 @@ def test_ranks_without_a_candidate_repeat_rank_zero_while_a_prefix_is_forced(met
 
 def test_bf16_decoding_casts_each_weight_once_per_batch(trained):
     """Under autocast, decoding runs outside inference mode so that autocast keeps each weight's
-    bf16 copy: without it every step cast every weight again (bf16 slower than fp32 on a CPU).
+    bf16 copy: without it every step cast every weight again.
     The translations are those of the same autocast either way."""
     from torch.utils._python_dispatch import TorchDispatchMode
     tr, _ = trained
