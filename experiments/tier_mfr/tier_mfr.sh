@@ -25,11 +25,12 @@
 #            source's sentence count forced (translate --sentence-count; their papers use no
 #            constraint): what losing the sentence alignment costs them, apart from the rest.
 #            Stage 1 is scored too (before the context encoder, whose sentence weights are stage
-#            1's). Four systems are also tested against a second baseline, the one their claim is
+#            1's). Most systems are also tested against a second baseline, the one their claim is
 #            about (ALSO below): the context encoder against stage 1, the G-Transformer with
 #            sentence positions against the paper's G-Transformer, its full-lr variant and
-#            G-Transformer + DLS + LAA against the G-Transformer with sentence positions, and each
-#            run that takes a recipe difference away against the run that has it.
+#            G-Transformer + DLS + LAA against the G-Transformer with sentence positions, each
+#            run that takes a recipe difference away against the run that has it, and each
+#            training-aid run against the same method without the aid.
 # Each stage-2 system is scored as soon as it is trained (the control first). Everything resumes:
 # run it again after any interruption (runs/ holds checkpoints every 200 updates); finished steps
 # are skipped. Each run's config, metrics, learning curve, scores, coverage, validation translation
