@@ -171,7 +171,11 @@ score() {   # translate and score one trained run (the control's first: the othe
   # stage 1: the kept weights every stage-2 run starts from (the scores still go to runs/, then are kept)
   [ "$name" = stage1 ] && model=$KEEP/stage1
   mkdir -p "$R/$name"
-  case $name in docflat_d*) extra=(--first-pass "$R/control/valid.fr");; esac    # two-pass: the control is pass 1
+  case $name in docflat_d*) extra=(--first-pass "$R/control/valid.fr");;    # two-pass: the control is pass 1
+    # the training-aid runs of Doc2Doc as Doc2Doc itself was decoded (before the sentence fallback became
+    # the document formats' default), so that the aid is the one difference: sentences lost stay lost
+    doc2doc_?*) extra=(--fallback none);;
+  esac
   [ -f "$out" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" -o "$out" "${DECODE[@]}" "${BATCH[@]}" "${extra[@]}" \
                          --report "$R/$name/valid.coverage.json"
   [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
