@@ -185,7 +185,7 @@ score() {   # translate and score one trained run (the control's first: the othe
   also "$name" "$R/$name/valid.vs_${ALSO[$name]:-}.json"
   case $name in doc2doc*|pt)   # the separator formats again, the source's sentence count forced (a second row)
     [ -f "$R/$name/valid.count.fr" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" \
-      -o "$R/$name/valid.count.fr" "${DECODE[@]}" "${BATCH[@]}" --sentence-count --report "$R/$name/valid.count.coverage.json"
+      -o "$R/$name/valid.count.fr" "${DECODE[@]}" "${BATCH[@]}" "${extra[@]}" --sentence-count --report "$R/$name/valid.count.coverage.json"
     newer "$R/$name/valid.count.json" "$R/$name/valid.count.fr" "$R/control/valid.fr" \
       || step docnmt evaluate --hyp "$R/$name/valid.count.fr" --ref "$S/valid/hansard.fr" --compare "$R/control/valid.fr" \
       --json "$R/$name/valid.count.json";;
