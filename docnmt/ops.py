@@ -3,6 +3,7 @@ projection fused with the label-smoothed loss. Same results as the plain torch f
 float rounding; on GPU they fall through to torch's own kernels."""
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -209,8 +210,6 @@ def decoding_mode(fn):
     ``torch.no_grad``: autocast keeps each weight's low-precision copy for the whole region only
     outside inference mode, so in it every decoding step would cast every weight again
     (docs/performance.md: 4-6% of a bf16 decode on a CPU)."""
-    import functools
-
     @functools.wraps(fn)
     def run(model, src: Tensor, *args, **kwargs):
         mode = torch.no_grad if torch.is_autocast_enabled(src.device.type) else torch.inference_mode

@@ -51,18 +51,19 @@ def document_lengths(src: Path, spm_model: Path) -> list[dict]:
     """Each document's sentences and source length in the model's word pieces, with and without one
     end-of-sentence token per sentence (what an instance holding the whole document counts)."""
     import sentencepiece
+
+    from docnmt.readers import read_sentences
     sp = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
-    docs: list[list[str]] = []
-    for line in src.read_text(encoding="utf-8").splitlines():
-        if line == "<d>":
-            docs.append([])
-        else:
-            docs[-1].append(line)
     out = []
-    for doc in docs:
+    for doc in read_sentences(src):
         pieces = sum(len(sp.encode(s)) for s in doc)
         out.append({"sentences": len(doc), "word_pieces": pieces, "with_sentence_ends": pieces + len(doc)})
     return out
+
+
+def key(budget: int, sliding: bool) -> str:
+    """A setting's name in the results and the work directory: ``512``, ``512+sliding``, ``whole``."""
+    return f"{budget or 'whole'}{'+sliding' if sliding else ''}"
 
 
 def docnmt(*argv) -> None:
@@ -103,11 +104,11 @@ def main() -> None:
     out_json = results / f"{args.name}.json"
     rows = json.loads(out_json.read_text()) if out_json.exists() else {}
     for budget, sliding in settings():
-        key = f"{budget or 'whole'}{'+sliding' if sliding else ''}"
-        if key in rows or (args.keys and key not in args.keys.split(",")):
+        name = key(budget, sliding)
+        if name in rows or (args.keys and name not in args.keys.split(",")):
             continue
-        hyp, report, scores = (work / f"{args.name}.{key}.{ext}" for ext in ("fr", "coverage.json", "bleu.json"))
-        timing = work / f"{args.name}.{key}.seconds"
+        hyp, report, scores = (work / f"{args.name}.{name}.{ext}" for ext in ("fr", "coverage.json", "bleu.json"))
+        timing = work / f"{args.name}.{name}.seconds"
         if not (hyp.exists() and report.exists() and timing.exists()):      # a finished decode is kept
             start = time.time()
             docnmt("translate", args.model, "-i", src, "-o", hyp, "--report", report, "--force",
@@ -117,10 +118,10 @@ def main() -> None:
         scores.unlink(missing_ok=True)
         docnmt("evaluate", "--hyp", hyp, "--ref", ref, "--json", scores)
         rows = json.loads(out_json.read_text()) if out_json.exists() else {}     # another process's rows kept
-        rows[key] = {"budget": budget, "sliding": sliding, "seconds": seconds,
+        rows[name] = {"budget": budget, "sliding": sliding, "seconds": seconds,
                      "scores": json.loads(scores.read_text()), "coverage": json.loads(report.read_text())}
         out_json.write_text(json.dumps(rows, indent=1) + "\n")
-        print(f"{args.name} {key}: {seconds} s", flush=True)
+        print(f"{args.name} {name}: {seconds} s", flush=True)
 
 
 if __name__ == "__main__":
