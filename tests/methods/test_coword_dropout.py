@@ -1,10 +1,12 @@
 """CoWord dropout (docs/methods/coword_dropout.md): only the words of the current (last) source
 sentence are masked, the context never; seeded; off by default; applied to training batches
-through the registry like every switch."""
+through the registry like every switch; one update of every document method with it on."""
 from __future__ import annotations
 
+import pytest
 import torch
 
+from _tiny import DOC_METHODS, aid_trainer
 from docnmt import methods
 from docnmt.config import Config
 from docnmt.methods.coword_dropout import coword_dropout, current_sentence
@@ -59,3 +61,21 @@ def test_the_registry_applies_it_to_training_batches_only_when_asked(tiny_vocab)
     assert torch.equal(methods.train_batch(cfg, batch, v, 1, (1, 1, 0, 0))["src"], batch["src"])
     on = cfg.override({"train.coword_dropout": 0.5})
     assert (methods.train_batch(on, batch, v, 1, (1, 1, 0, 0))["src"] == v.id("<mask>")).any()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", DOC_METHODS)
+def test_one_update_with_every_document_method(name, tiny_dir, tmp_path):
+    """The same training batch with the aid off and on: masks only in the current sentence (a context
+    encoder's separate context input untouched), then one update."""
+    off = aid_trainer(name, tiny_dir / "data", tmp_path / "off", {"train.coword_dropout": 0.0})
+    tr = aid_trainer(name, tiny_dir / "data", tmp_path / "m", {"train.coword_dropout": 0.5})
+    plain, batch = off.collate(off.epoch_batches(1)[0], 1, 0), tr.collate(tr.epoch_batches(1)[0], 1, 0)
+    mask = tr.vocab.id("<mask>")
+    changed = batch["src"] != plain["src"]
+    assert changed.any() and (batch["src"][changed] == mask).all()
+    assert not (changed & ~current_sentence(plain["src"], methods.data_joiner(tr.vocab, tr.cfg.data))).any()
+    if "ctx" in plain:
+        assert torch.equal(batch["ctx"], plain["ctx"])
+    tr.train()
+    assert tr.progress.updates == 1
