@@ -506,3 +506,29 @@ def test_every_named_run_is_in_every_table():
     block = text[text.index("declare -A ARCH=("):]
     block = block[:block.index("\n)\n")]
     assert set(re.findall(r"^  \[(\w+)\]=", block, re.M)) == set(tbl.ORDER)     # every run the queue can train
+
+
+def test_the_best_pair_is_the_two_aids_with_the_most_cxmi_gained_pronouns_breaking_ties(tmp_path):
+    tbl = script()
+
+    def scored(name: str, cxmi: float, accuracy: float = 0.8) -> None:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "valid.cxmi.json").write_text(json.dumps({"cxmi_bits_per_token": cxmi}))
+        (tmp_path / name / "hansard_all.json").write_text(json.dumps({"accuracy": accuracy}))
+
+    scored("doc2doc", -0.337)
+    scored("doc2doc_coword", -0.30)
+    scored("doc2doc_split", -0.20)
+    with pytest.raises(SystemExit, match="doc2doc_margin: not scored"):
+        tbl.best_pair(tmp_path, "doc2doc")                       # not before all three are scored
+    scored("doc2doc_margin", -0.34)
+    assert tbl.best_pair(tmp_path, "doc2doc") == "doc2doc_coword_split"
+    # the G-Transformer: split and margin gain the same at 4 decimals, margin's pronouns are better
+    scored("gt_sentpos_lr1_nowd", 0.0045)
+    scored("gt_coword", 0.0100, 0.80)
+    scored("gt_split", 0.00601, 0.84)
+    scored("gt_margin", 0.00599, 0.86)
+    assert tbl.best_pair(tmp_path, "gt") == "gt_coword_margin"
+    assert tbl.best_pair(tmp_path, "gt") in tbl.ORDER
+    (tmp_path / "gt_margin" / "hansard_all.json").write_text(json.dumps({"accuracy": 0.83}))
+    assert tbl.best_pair(tmp_path, "gt") == "gt_coword_split"

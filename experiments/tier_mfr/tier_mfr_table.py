@@ -15,6 +15,8 @@ the McNemar tests recomputed from both runs' kept per-example suite scores).
     python experiments/tier_mfr/tier_mfr_table.py experiments/tier_mfr/results            # Markdown table
     python experiments/tier_mfr/tier_mfr_table.py --best-other experiments/tier_mfr/results   # the best document model
                                                                      # other than G-Transformer (d-BLEU)
+    python experiments/tier_mfr/tier_mfr_table.py --best-pair gt experiments/tier_mfr/results   # the pair of
+        # training aids to run next on a method (gt, doc2doc): the two with the most CXMI gained alone
     python experiments/tier_mfr/tier_mfr_table.py --plot experiments/tier_mfr/results/deltas.png \
         experiments/tier_mfr/results
         # and a figure of every system's difference from the control (and second baseline): d-BLEU
@@ -274,6 +276,29 @@ def best_other(root: Path) -> str:
     return name
 
 
+AIDS = ("coword", "split", "margin")    # each aid's run: <method>_<aid>; a pair's: <method>_<aid>_<aid>
+PAIR_BASE = {"gt": "gt_sentpos_lr1_nowd", "doc2doc": "doc2doc"}      # each method's run without an aid
+
+
+def best_pair(root: Path, method: str) -> str:
+    """The pair of training aids to run on ``method`` (the rule written in the README before any aid
+    run was scored): the two aids whose runs alone gained the most CXMI over the method's run without
+    an aid, compared at the table's precision (4 decimals), with the in-domain Hansard pronoun
+    accuracy breaking ties. Refuses until all three single-aid runs are scored."""
+    base = load(root / PAIR_BASE[method] / "valid.cxmi.json")
+    if base is None:
+        raise SystemExit(f"{root / PAIR_BASE[method]}: no valid.cxmi.json")
+    keys = {}
+    for aid in AIDS:
+        run = root / f"{method}_{aid}"
+        cx, pron = load(run / "valid.cxmi.json"), load(run / "hansard_all.json")
+        if cx is None or pron is None:
+            raise SystemExit(f"{run}: not scored yet (valid.cxmi.json and hansard_all.json needed)")
+        keys[aid] = (round(cx["cxmi_bits_per_token"] - base["cxmi_bits_per_token"], 4), pron["accuracy"])
+    two = sorted(AIDS, key=lambda a: keys[a], reverse=True)[:2]
+    return f"{method}_" + "_".join(sorted(two, key=AIDS.index))
+
+
 def deltas(root: Path) -> list[tuple[str, tuple | None, list[tuple]]]:
     """Per tested system (the verdict table's rows): its d-BLEU difference from its baseline with the
     95% bootstrap interval, ``(Δ, low, high, p)`` or None, and ``(suite index, Δ points, p)`` per
@@ -333,12 +358,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", type=Path, nargs="?", default=Path(__file__).parent / "results")
     ap.add_argument("--best-other", action="store_true")
+    ap.add_argument("--best-pair", choices=sorted(PAIR_BASE), metavar="METHOD",
+                    help="print the queue name of the pair of aids to run next on METHOD (gt, doc2doc)")
     ap.add_argument("--plot", type=Path, metavar="PNG",
                     help="also draw every system's differences from the control and second baselines")
     a = ap.parse_args()
     if a.plot:
         plot(a.root, a.plot)
-    print(best_other(a.root) if a.best_other else markdown(a.root))
+    if a.best_pair:
+        print(best_pair(a.root, a.best_pair))
+    else:
+        print(best_other(a.root) if a.best_other else markdown(a.root))
 
 
 if __name__ == "__main__":
