@@ -532,3 +532,32 @@ def test_the_best_pair_is_the_two_aids_with_the_most_cxmi_gained_pronouns_breaki
     assert tbl.best_pair(tmp_path, "gt") in tbl.ORDER
     (tmp_path / "gt_margin" / "hansard_all.json").write_text(json.dumps({"accuracy": 0.83}))
     assert tbl.best_pair(tmp_path, "gt") == "gt_coword_split"
+
+
+def test_the_aids_claim_needs_pronouns_five_fold_cxmi_and_at_most_0_3_d_bleu_lost(tmp_path):
+    tbl = script()
+
+    def run(name: str, cxmi: float, pron: tuple | None = None, loss: float | None = None, base: str = "") -> None:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "valid.json").write_text(json.dumps({"d_bleu": {"score": 45.0}}))
+        (d / "valid.cxmi.json").write_text(json.dumps({"cxmi_bits_per_token": cxmi}))
+        if pron:
+            (d / "hansard_all.json").write_text(json.dumps({"accuracy": 0.86, "against": {"delta": pron[0],
+                                                                                           "p_value": pron[1]}}))
+        if loss is not None:   # evaluate --hyp RUN --compare BASE: delta = base - run
+            (d / f"valid.vs_{base}.json").write_text(json.dumps({"bootstrap": {"d": {"delta": loss, "p_value": 0.2}}}))
+
+    run("gt_sentpos_lr1_nowd", 0.004)
+    run("doc2doc", -0.3)
+    run("gt_coword", 0.019, (0.02, 0.01), 0.2, "gt_sentpos_lr1_nowd")        # 0.019 < 5 x 0.004
+    run("gt_split", 0.030, (0.02, 0.01), 0.2, "gt_sentpos_lr1_nowd")         # meets it
+    run("gt_margin", 0.030, (0.02, 0.01), 0.4, "gt_sentpos_lr1_nowd")        # loses 0.4 d-BLEU
+    run("gt_coword_split", 0.030, (0.02, 0.06), -0.5, "gt_sentpos_lr1_nowd")  # p = 0.06; a gain is fine
+    run("doc2doc_coword", 0.019, (0.03, 0.001), 0.0, "doc2doc")               # Doc2Doc's bar: 5 x G-T's
+    run("doc2doc_split", 0.021, (-0.03, 0.001), 0.0, "doc2doc")               # significantly worse
+    verdicts = {r[0]: r[-1] for r in tbl.aid_claim_rows(tmp_path)}
+    names = tbl.NAMES
+    assert verdicts == {names["gt_coword"]: "no (CXMI)", names["gt_split"]: "yes", names["gt_margin"]: "no (d-BLEU)",
+                        names["gt_coword_split"]: "no (pronouns)", names["doc2doc_coword"]: "no (CXMI)",
+                        names["doc2doc_split"]: "no (pronouns)"}

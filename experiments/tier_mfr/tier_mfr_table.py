@@ -17,6 +17,9 @@ the McNemar tests recomputed from both runs' kept per-example suite scores).
                                                                      # other than G-Transformer (d-BLEU)
     python experiments/tier_mfr/tier_mfr_table.py --best-pair gt experiments/tier_mfr/results   # the pair of
         # training aids to run next on a method (gt, doc2doc): the two with the most CXMI gained alone
+    python experiments/tier_mfr/tier_mfr_table.py --aid-claims experiments/tier_mfr/results   # the training
+        # aids' claim, run by run: Hansard pronouns against the control, CXMI against five times the
+        # run without the aid, d-BLEU lost to that run
     python experiments/tier_mfr/tier_mfr_table.py --plot experiments/tier_mfr/results/deltas.png \
         experiments/tier_mfr/results
         # and a figure of every system's difference from the control (and second baseline): d-BLEU
@@ -299,6 +302,44 @@ def best_pair(root: Path, method: str) -> str:
     return f"{method}_" + "_".join(sorted(two, key=AIDS.index))
 
 
+AID_HEADER = ["aid run", "Hansard pronouns against the control (Δ points, p)",
+              "CXMI (bits/word piece) against the needed five-fold", "d-BLEU against the run without the aid (Δ, p)",
+              "meets the claim"]
+FOLD, MAX_LOSS = 5, 0.3      # the claim: CXMI at least five-fold, at most 0.3 d-BLEU lost
+
+
+def aid_claim_rows(root: Path) -> list[list[str]]:
+    """The training aids' claim (written in the README before any aid run was scored), one row per
+    scored aid run: better than the control on the in-domain Hansard pronoun suite (McNemar
+    p < 0.05), CXMI at least five times that of the method's run without the aid (for a method whose
+    CXMI is not positive, Doc2Doc's, five times the G-Transformer's without an aid, the README's
+    reading), and at most 0.3 d-BLEU lost to the run without the aid (the paired bootstrap's
+    difference)."""
+    out = []
+    for method, base in PAIR_BASE.items():
+        base_cx = (load(root / base / "valid.cxmi.json") or {}).get("cxmi_bits_per_token")
+        if base_cx is not None and base_cx <= 0:
+            base_cx = (load(root / PAIR_BASE["gt"] / "valid.cxmi.json") or {}).get("cxmi_bits_per_token")
+        for name in [r for r in ORDER if r.startswith(method + "_") and r.split("_", 1)[1].split("_")[0] in AIDS]:
+            ev, cx = load(root / name / "valid.json"), load(root / name / "valid.cxmi.json")
+            if not ev or not cx or base_cx is None:
+                continue
+            pron = ((load(root / name / "hansard_all.json") or {}).get("against"))
+            boot = ((load(root / name / f"valid.vs_{base}.json") or {}).get("bootstrap") or {}).get("d")
+            ok_pron = bool(pron) and pron["delta"] > 0 and pron["p_value"] < ALPHA
+            need = FOLD * base_cx
+            ok_cx = cx["cxmi_bits_per_token"] >= need
+            ok_bleu = bool(boot) and -boot["delta"] >= -MAX_LOSS
+            out.append([NAMES[name],
+                        f"{100 * pron['delta']:+.1f}, p={pron['p_value']:.3f}" if pron else "–",
+                        f"{cx['cxmi_bits_per_token']:+.4f} against ≥ {need:+.4f}",
+                        f"{-boot['delta']:+.2f}, p={boot['p_value']:.3f}" if boot else "–",
+                        "yes" if ok_pron and ok_cx and ok_bleu else
+                        "no (" + ", ".join(w for w, ok in (("pronouns", ok_pron), ("CXMI", ok_cx),
+                                                           ("d-BLEU", ok_bleu)) if not ok) + ")"])
+    return out
+
+
 def deltas(root: Path) -> list[tuple[str, tuple | None, list[tuple]]]:
     """Per tested system (the verdict table's rows): its d-BLEU difference from its baseline with the
     95% bootstrap interval, ``(Δ, low, high, p)`` or None, and ``(suite index, Δ points, p)`` per
@@ -358,6 +399,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", type=Path, nargs="?", default=Path(__file__).parent / "results")
     ap.add_argument("--best-other", action="store_true")
+    ap.add_argument("--aid-claims", action="store_true",
+                    help="print the training aids' claim, run by run, instead of the three tables")
     ap.add_argument("--best-pair", choices=sorted(PAIR_BASE), metavar="METHOD",
                     help="print the queue name of the pair of aids to run next on METHOD (gt, doc2doc)")
     ap.add_argument("--plot", type=Path, metavar="PNG",
@@ -367,6 +410,8 @@ def main() -> None:
         plot(a.root, a.plot)
     if a.best_pair:
         print(best_pair(a.root, a.best_pair))
+    elif a.aid_claims:
+        print(table(AID_HEADER, aid_claim_rows(a.root)))
     else:
         print(best_other(a.root) if a.best_other else markdown(a.root))
 
