@@ -561,3 +561,10 @@ def test_the_aids_claim_needs_pronouns_five_fold_cxmi_and_at_most_0_3_d_bleu_los
     assert verdicts == {names["gt_coword"]: "no (CXMI)", names["gt_split"]: "yes", names["gt_margin"]: "no (d-BLEU)",
                         names["gt_coword_split"]: "no (pronouns)", names["doc2doc_coword"]: "no (CXMI)",
                         names["doc2doc_split"]: "no (pronouns)"}
+    # the preset's recipe: the run meeting the claim; none meeting it, the most CXMI gained at <= 0.3 lost
+    assert tbl.best_recipe(tmp_path) == "gt_split"
+    (tmp_path / "gt_split" / "hansard_all.json").unlink()
+    assert tbl.best_recipe(tmp_path) == "doc2doc_split"        # -0.3 -> 0.021: the most gained
+    (tmp_path / "doc2doc_split" / "valid.vs_doc2doc.json").write_text(
+        json.dumps({"bootstrap": {"d": {"delta": 0.31, "p_value": 0.01}}}))
+    assert tbl.best_recipe(tmp_path) == "doc2doc_coword"       # doc2doc_split now loses 0.31
