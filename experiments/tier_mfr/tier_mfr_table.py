@@ -432,7 +432,7 @@ def main() -> None:
     ap.add_argument("--aid-claims", action="store_true",
                     help="print the training aids' claim, run by run, instead of the three tables")
     ap.add_argument("--best-recipe", action="store_true",
-                    help="print the aid run whose recipe is the preset (one meeting the claim, else the most CXMI gained)")
+                    help="print the aid run whose recipe is the preset (meeting the claim, else most CXMI gained)")
     ap.add_argument("--best-pair", choices=sorted(PAIR_BASE), metavar="METHOD",
                     help="print the queue name of the pair of aids to run next on METHOD (gt, doc2doc)")
     ap.add_argument("--plot", type=Path, metavar="PNG",
