@@ -568,3 +568,27 @@ def test_the_aids_claim_needs_pronouns_five_fold_cxmi_and_at_most_0_3_d_bleu_los
     (tmp_path / "doc2doc_split" / "valid.vs_doc2doc.json").write_text(
         json.dumps({"bootstrap": {"d": {"delta": 0.31, "p_value": 0.01}}}))
     assert tbl.best_recipe(tmp_path) == "doc2doc_coword"       # doc2doc_split now loses 0.31
+
+
+def test_lengths_count_the_sittings_a_system_is_above_the_control_on(tmp_path):
+    """experiments/tier_mfr/tier_mfr_lengths.py: each document's own d-BLEU (the unit the d-level
+    bootstrap resamples) and how many documents a system is above the control on."""
+    import sacrebleu
+    ref = tmp_path / "ref.fr"
+    ref.write_text("<d>\nle chat dort sur le tapis\nil fait beau\n<d>\nla maison est grande et belle\nmerci\n")
+    results = tmp_path / "results"
+    for run, text in (("control", "<d>\nle chat dort sur un lit\nil fait beau\n<d>\nla maison est petite\nmerci\n"),
+                      ("a", "<d>\nle chat dort sur le tapis\nil fait beau\n<d>\nune maison\nmerci\n")):
+        (results / run).mkdir(parents=True)
+        with gzip.open(results / run / "valid.fr.gz", "wt") as f:
+            f.write(text)
+    out = tmp_path / "lengths.json"
+    r = subprocess.run([sys.executable, str(HERE / "tier_mfr_lengths.py"), str(results), str(ref), "--out",
+                        str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["systems"]
+    joined = "le chat dort sur le tapis il fait beau"       # the first document, its two lines joined
+    assert rows["a"]["d_bleu_by_document"][0] == sacrebleu.corpus_bleu([joined], [[joined]]).score
+    assert rows["a"]["d_bleu_by_document"][0] == pytest.approx(100.0)
+    assert rows["a"]["d_bleu_by_document"][1] < rows["control"]["d_bleu_by_document"][1]
+    assert (rows["a"]["documents_above_control"], rows["control"]["documents_above_control"]) == (1, 0)

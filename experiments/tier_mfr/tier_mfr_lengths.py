@@ -4,7 +4,10 @@ how many sentences repeat themselves (a 4-gram of words three or more times in o
 looping that document models fall into on long instances; and how many sentences are word for word
 the control's translation of one of the three sentences before them in their document (and not of
 their own sentence), beside those equal to its translation of one of the three sentences after them
-(the level that chance, recurring lines such as speaker labels, and slipping sentence alignment give).
+(the level that chance, recurring lines such as speaker labels, and slipping sentence alignment give);
+and each document's own d-BLEU (a sitting's translation against its reference, joined as `docnmt
+evaluate` joins them), with how many sittings a system is above the control on: the d-level paired
+bootstrap resamples these six documents only.
 
     python experiments/tier_mfr/tier_mfr_lengths.py experiments/tier_mfr/results ../shared/data/enfr/valid/hansard.fr \
         --out experiments/tier_mfr/results/lengths.json
@@ -18,6 +21,8 @@ from collections import Counter
 from pathlib import Path
 
 import sacrebleu
+
+from docnmt.metrics import join_doc
 
 
 def documents(path: Path) -> list[list[str]]:
@@ -73,7 +78,8 @@ def main() -> None:
     ap.add_argument("ref", type=Path, help="the validation references (<d>-marker file)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
-    ref = [s for doc in documents(a.ref) for s in doc]
+    ref_docs = documents(a.ref)
+    ref = [s for doc in ref_docs for s in doc]
     rows, bleu = {}, sacrebleu.BLEU()
     # each run's translation, and its decoding with the source's sentence count (as RUN.count)
     files = sorted(a.results.glob("*/valid.fr.gz")) + sorted(a.results.glob("*/valid.count.fr.gz"))
@@ -88,6 +94,8 @@ def main() -> None:
         name = hyp_file.parent.name + (".count" if ".count." in hyp_file.name else "")
         rows[name] = {"bleu": b.score, "length_ratio": b.sys_len / b.ref_len, "brevity_penalty": b.bp,
                       "precisions": b.precisions, "repeating_sentences": sum(map(repeats, hyp))}
+        rows[name]["d_bleu_by_document"] = [bleu.corpus_score([join_doc(h)], [[join_doc(r)]]).score
+                                             for h, r in zip(hyp_docs, ref_docs)]
         copies = ""
         if control_docs is not None:
             c = rows[name]["control_context_copies"] = context_copies(hyp_docs, control_docs)
@@ -95,6 +103,10 @@ def main() -> None:
         print(f"{name:16s} BLEU {b.score:5.2f}  length ratio {b.sys_len / b.ref_len:.4f}  "
               f"BP {b.bp:.4f}  precisions {' / '.join(f'{p:.1f}' for p in b.precisions)}  "
               f"repeating {rows[name]['repeating_sentences']}{copies}")
+    base = rows.get("control", {}).get("d_bleu_by_document")
+    for row in rows.values():
+        if base:
+            row["documents_above_control"] = sum(x > c for x, c in zip(row["d_bleu_by_document"], base))
     a.out.write_text(json.dumps({"signature": str(bleu.get_signature()), "systems": rows}, indent=1))
 
 
