@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 from .. import ranges
+from ..errors import ConfigError
 from .base import Extension, Setting
+from .split_pairs import has_context
 
 
 def current_sentence(tokens: torch.Tensor, joiner) -> torch.Tensor:
@@ -42,7 +44,13 @@ def _drop(batch: dict, cfg, vocab, epoch: int, seed: tuple) -> dict:
     return coword_dropout(batch, cfg.train.coword_dropout, vocab, data_joiner(vocab, cfg.data), seed)
 
 
-EXTENSION = Extension(name="coword_dropout", train_batch=_drop, settings=(
+def _check(cfg) -> None:
+    if cfg.train.coword_dropout > 0 and not has_context(cfg.data):
+        raise ConfigError("--coword-dropout needs a document method (a document mode or --context-input): "
+                          "a sentence-level model has no context, so it would be plain source word dropout")
+
+
+EXTENSION = Extension(name="coword_dropout", train_batch=_drop, check=_check, settings=(
     Setting("train.coword_dropout", 0.0, "P(word of the current source sentence -> <mask>); its context untouched "
             "(CoWord dropout)", "--coword-dropout", limit=ranges.PROBABILITY),
 ))

@@ -70,9 +70,11 @@ def test_the_halves_join_the_training_instances_only_when_asked(tiny_corpus, tin
     assert not np.array_equal(other.src.tokens, out.src.tokens)          # drawn anew each epoch
 
 
-@pytest.mark.parametrize("flag,value", [("--split-pairs", "0.3"), ("--context-margin", "0.5")])
-def test_both_aids_refuse_a_sentence_level_model_in_one_line(flag, value, tiny_dir, tmp_path, cli_error):
-    """(The context margin's refusal too: docs/methods/context_margin.md.)"""
+@pytest.mark.parametrize("flag,value", [("--split-pairs", "0.3"), ("--context-margin", "0.5"),
+                                        ("--coword-dropout", "0.1")])
+def test_every_aid_refuses_a_sentence_level_model_in_one_line(flag, value, tiny_dir, tmp_path, cli_error):
+    """(The context margin's and CoWord dropout's refusals too: docs/methods/context_margin.md,
+    coword_dropout.md.)"""
     line = cli_error("train", tiny_dir / "data", "--save-dir", tmp_path / "m", "--arch", "transformer_tiny",
                      flag, value)
     assert f"{flag} needs a document method" in line
