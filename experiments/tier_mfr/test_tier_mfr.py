@@ -592,3 +592,30 @@ def test_lengths_count_the_sittings_a_system_is_above_the_control_on(tmp_path):
     assert rows["a"]["d_bleu_by_document"][0] == pytest.approx(100.0)
     assert rows["a"]["d_bleu_by_document"][1] < rows["control"]["d_bleu_by_document"][1]
     assert (rows["a"]["documents_above_control"], rows["control"]["documents_above_control"]) == (1, 0)
+
+
+def test_the_queue_runs_the_best_pair_once_the_single_aids_are_scored(tmp_path):
+    """tier_mfr.sh's pick_pair: ONLY="... gt_best_pair" runs the pair --best-pair names, and nothing
+    (one line) while a single-aid run is not scored; other names pass through."""
+    import re
+    text = (HERE / "tier_mfr.sh").read_text()
+    func = re.search(r"^pick_pair\(\) \{.*?^\}", text, re.M | re.S).group(0)
+    root = HERE.parents[1]
+
+    def pick(name: str) -> subprocess.CompletedProcess:
+        import os
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        return subprocess.run(["bash", "-c", f'{func}\nKEEP="{tmp_path}"\npick_pair "{name}"'], cwd=root,
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    for run, cxmi in (("gt_sentpos_lr1_nowd", 0.004), ("gt_coword", 0.004), ("gt_split", 0.009)):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "valid.cxmi.json").write_text(json.dumps({"cxmi_bits_per_token": cxmi}))
+        (tmp_path / run / "hansard_all.json").write_text(json.dumps({"accuracy": 0.85}))
+    r = pick("gt_best_pair")
+    assert r.stdout == "" and "not chosen yet" in r.stderr
+    (tmp_path / "gt_margin").mkdir()
+    (tmp_path / "gt_margin" / "valid.cxmi.json").write_text(json.dumps({"cxmi_bits_per_token": 0.006}))
+    (tmp_path / "gt_margin" / "hansard_all.json").write_text(json.dumps({"accuracy": 0.85}))
+    assert pick("gt_best_pair").stdout.strip() == "gt_split_margin"
+    assert pick("gt_margin").stdout.strip() == "gt_margin"

@@ -47,6 +47,8 @@
 # `python experiments/restore_weights.py --record FILE` and `git rm --cached FILE`.
 # Usage (from anywhere):   (nohup setsid bash experiments/tier_mfr/tier_mfr.sh > runs/tier_mfr/queue.log 2>&1 &)
 #   ONLY="control gt"   restrict stage 2 / scoring to these runs;  TRAIN_ONLY=1  skip decoding/scoring
+#                       (gt_best_pair, doc2doc_best_pair: the pair of training aids the README's rule picks,
+#                       e.g. ONLY="gt_margin gt_best_pair"; skipped while not every single aid is scored)
 #   RETRAIN="pt"        train and score these runs again although their scores are kept (not stage 1:
 #                       to train it again, remove experiments/tier_mfr/results/stage1 and every kept run)
 #   --dry-run           the whole queue on a few Hansard documents with 20 + 10 updates, in
@@ -126,7 +128,7 @@ declare -A ARCH=(
   [doc2doc_split]="--arch doc2doc_small --split-pairs 0.3"
   [doc2doc_margin]="--arch doc2doc_small --context-margin 0.5"
   # the best pair of aids (issue 67 asks for it once each aid alone is scored): every pair is defined,
-  # the one chosen is run with ONLY=<name> (none is in the default queue)
+  # the one chosen is run with ONLY=<name> or ONLY=gt_best_pair / doc2doc_best_pair (none in the default queue)
   [gt_coword_split]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0 --coword-dropout 0.1 --split-pairs 0.3"
   [gt_coword_margin]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0 --coword-dropout 0.1 --context-margin 0.5"
   [gt_split_margin]="--arch g_transformer_finetune_small --set method.sentence_positions=true --pretrained-lr-scale 1.0 --word-dropout 0 --split-pairs 0.3 --context-margin 0.5"
@@ -240,8 +242,18 @@ keep_if_best() {   # the best other document model's weights (tier_mfr_table.py 
   done
 }
 
+pick_pair() {   # gt_best_pair / doc2doc_best_pair: the pair of aids the README's rule picks (tier_mfr_table.py
+  # --best-pair), printed; nothing, with a line on stderr, while the method's three single-aid runs are not all scored
+  case $1 in
+    *_best_pair) python experiments/tier_mfr/tier_mfr_table.py --best-pair "${1%_best_pair}" "$KEEP" \
+                   || echo "== $1: not chosen yet (the method's three single-aid runs are not all scored)" >&2;;
+    *) echo "$1";;
+  esac
+}
+
 # each run is scored as soon as it is trained, so results arrive one system at a time
 for name in $RUNS; do
+  name=$(pick_pair "$name"); [ -n "$name" ] || continue
   if [ "$name" = stage1 ]; then     # not trained here: scored (or its kept scores put back)
     if [ -f "$R/stage1/config.yaml" ] \
        || ! restored --restore --scores-only --started-from "$S1W" "$KEEP/stage1" "$R/stage1"; then
