@@ -311,9 +311,10 @@ FOLD, MAX_LOSS = 5, 0.3      # the claim: CXMI at least five-fold, at most 0.3 d
 
 
 def aid_runs(root: Path):
-    """Per scored aid run, ``(name, base CXMI bar, checks)``: the figures the claim is judged on (see
-    :func:`aid_claim_rows`), ``checks`` a dict with the Hansard test, CXMI, the bootstrap against the
-    run without the aid and whether each part of the claim holds."""
+    """Per scored aid run, ``(name, checks)``: ``checks`` holds the figures the claim is judged on (see
+    :func:`aid_claim_rows`): the Hansard test against the control and the accuracy, the CXMI, what it
+    gained over the method's run without the aid and the bar it needs, the bootstrap against that run,
+    and whether each part of the claim holds."""
     for method, base in PAIR_BASE.items():
         base_cx = (load(root / base / "valid.cxmi.json") or {}).get("cxmi_bits_per_token")
         gained_from = base_cx
