@@ -568,6 +568,8 @@ def test_the_aids_claim_needs_pronouns_five_fold_cxmi_and_at_most_0_3_d_bleu_los
     (tmp_path / "doc2doc_split" / "valid.vs_doc2doc.json").write_text(
         json.dumps({"bootstrap": {"d": {"delta": 0.31, "p_value": 0.01}}}))
     assert tbl.best_recipe(tmp_path) == "doc2doc_coword"       # doc2doc_split now loses 0.31
+    tbl.plot_aids(tmp_path, tmp_path / "aids.png")            # the same runs as a figure
+    assert (tmp_path / "aids.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_lengths_count_the_sittings_a_system_is_above_the_control_on(tmp_path):

@@ -26,6 +26,8 @@ the McNemar tests recomputed from both runs' kept per-example suite scores).
         experiments/tier_mfr/results
         # and a figure of every system's difference from the control (and second baseline): d-BLEU
         # with its 95% bootstrap interval, each contrastive suite's accuracy (filled where p < 0.05)
+    python experiments/tier_mfr/tier_mfr_table.py --aid-claims --plot-aids experiments/tier_mfr/results/aids.png \
+        experiments/tier_mfr/results       # and the training aids' claim as a figure
 """
 from __future__ import annotations
 
@@ -426,6 +428,47 @@ def plot(root: Path, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_aids(root: Path, path: Path) -> None:
+    """The training aids' claim as a figure, one row per scored aid run: the Hansard pronoun suite
+    against the control (points; filled where McNemar p < 0.05), CXMI against the five-fold bar
+    (the bar marked per row), and d-BLEU against the run without the aid with its 95% bootstrap
+    interval and the claim's -0.3 limit."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    runs = list(aid_runs(root))
+    if not runs:
+        raise SystemExit(f"{root}: no scored aid run to plot")
+    import textwrap
+    fig, axes = plt.subplots(1, 3, figsize=(13, 0.7 * len(runs) + 1.8), sharey=True)
+    ys = list(range(len(runs)))[::-1]
+    for y, (_, c) in zip(ys, runs):
+        pron, boot = c["pron"], c["boot"]
+        if pron:
+            axes[0].plot([100 * pron["delta"]], [y], "D", color="C4", mfc="C4" if c["ok_pron"] else "white")
+        axes[1].plot([c["cxmi"]], [y], "o", color="C0", mfc="C0" if c["ok_cx"] else "white")
+        axes[1].plot([c["need"]], [y], "|", color="C3", ms=14)
+        if boot:
+            d = -boot["delta"]
+            lo, hi = (-x for x in reversed(boot["ci95_b_minus_a"])) if "ci95_b_minus_a" in boot else (d, d)
+            axes[2].errorbar([d], [y], xerr=[[max(0.0, d - lo)], [max(0.0, hi - d)]], fmt="o", color="C2",
+                             capsize=3, mfc="C2" if c["ok_bleu"] else "white")
+    axes[0].axvline(0, color="grey", lw=0.8)
+    axes[1].axvline(0, color="grey", lw=0.8)
+    axes[2].axvline(0, color="grey", lw=0.8)
+    axes[2].axvline(-MAX_LOSS, color="C3", lw=0.8, ls="--")
+    for ax, label in zip(axes, ("Hansard pronouns − control (points)\nfilled: p < 0.05",
+                                "CXMI (bits per word piece)\nred tick: the five-fold bar the claim asks for",
+                                "d-BLEU − the run without the aid\n(95% interval; dashed: the −0.3 limit)")):
+        ax.set_xlabel(label, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(ys, ["\n".join(textwrap.wrap(NAMES[name], 40)) for name, _ in runs], fontsize=8)
+    fig.suptitle("Tier M-fr training aids: the claim asks for all three (filled = that part holds)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", type=Path, nargs="?", default=Path(__file__).parent / "results")
@@ -436,11 +479,14 @@ def main() -> None:
                     help="print the aid run whose recipe is the preset (meeting the claim, else most CXMI gained)")
     ap.add_argument("--best-pair", choices=sorted(PAIR_BASE), metavar="METHOD",
                     help="print the queue name of the pair of aids to run next on METHOD (gt, doc2doc)")
+    ap.add_argument("--plot-aids", type=Path, metavar="PNG", help="also draw the training aids' claim, run by run")
     ap.add_argument("--plot", type=Path, metavar="PNG",
                     help="also draw every system's differences from the control and second baselines")
     a = ap.parse_args()
     if a.plot:
         plot(a.root, a.plot)
+    if a.plot_aids:
+        plot_aids(a.root, a.plot_aids)
     if a.best_pair:
         print(best_pair(a.root, a.best_pair))
     elif a.best_recipe:
