@@ -21,10 +21,9 @@ import torch
 
 from .. import ranges
 from ..data import pad_batch
-from ..errors import ConfigError
 from ..model import rows_apart
 from .base import Extension, Setting
-from .split_pairs import has_context
+from .split_pairs import require_context
 
 TRIES = 8        # donor draws per instance before it is left out of the margin
 
@@ -118,9 +117,8 @@ def margin_loss(model, instances, ids: np.ndarray, margin: float, prob: float, s
 
 
 def _check(cfg) -> None:
-    if cfg.train.context_margin > 0 and not has_context(cfg.data):
-        raise ConfigError("--context-margin needs a document method (a document mode or --context-input): "
-                          "a sentence-level model has no context to swap")
+    require_context(cfg.train.context_margin > 0, cfg.data, "--context-margin",
+                    "a sentence-level model has no context to swap")
 
 
 def _term(model, batch: dict, outputs, cfg, instances):

@@ -17,9 +17,8 @@ import numpy as np
 import torch
 
 from .. import ranges
-from ..errors import ConfigError
 from .base import Extension, Setting
-from .split_pairs import has_context
+from .split_pairs import require_context
 
 
 def current_sentence(tokens: torch.Tensor, joiner) -> torch.Tensor:
@@ -45,9 +44,8 @@ def _drop(batch: dict, cfg, vocab, epoch: int, seed: tuple) -> dict:
 
 
 def _check(cfg) -> None:
-    if cfg.train.coword_dropout > 0 and not has_context(cfg.data):
-        raise ConfigError("--coword-dropout needs a document method (a document mode or --context-input): "
-                          "a sentence-level model has no context, so it would be plain source word dropout")
+    require_context(cfg.train.coword_dropout > 0, cfg.data, "--coword-dropout",
+                    "a sentence-level model has no context, so it would be plain source word dropout")
 
 
 EXTENSION = Extension(name="coword_dropout", train_batch=_drop, check=_check, settings=(

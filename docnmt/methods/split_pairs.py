@@ -95,10 +95,16 @@ def has_context(data) -> bool:
     return data.mode != "sent2sent" or data.context_input > 0
 
 
+def require_context(on: bool, data, flag: str, why: str) -> None:
+    """A training aid's one-line refusal of a sentence-level model (the aids' ``check``): ``flag`` is
+    on but the instances of ``data`` carry no context; ``why`` ends the message."""
+    if on and not has_context(data):
+        raise ConfigError(f"{flag} needs a document method (a document mode or --context-input): {why}")
+
+
 def _check(cfg) -> None:
-    if cfg.train.split_pairs > 0 and not has_context(cfg.data):
-        raise ConfigError("--split-pairs needs a document method (a document mode or --context-input): "
-                          "a sentence-level model would see the halves without their context")
+    require_context(cfg.train.split_pairs > 0, cfg.data, "--split-pairs",
+                    "a sentence-level model would see the halves without their context")
 
 
 def _extend(corpus, rows, cfg, vocab, epoch: int, seed: int):
