@@ -47,6 +47,7 @@
 # `python experiments/restore_weights.py --record FILE` and `git rm --cached FILE`.
 # Usage (from anywhere):   (nohup setsid bash experiments/tier_mfr/tier_mfr.sh > runs/tier_mfr/queue.log 2>&1 &)
 #   ONLY="control gt"   restrict stage 2 / scoring to these runs;  TRAIN_ONLY=1  skip decoding/scoring
+#   SCORE_JOBS=2        Doc2Doc's and P-Transformer's two decodes side by side (with a core to spare)
 #                       (gt_best_pair, doc2doc_best_pair: the pair of training aids the README's rule picks,
 #                       e.g. ONLY="gt_margin gt_best_pair"; skipped while not every single aid is scored)
 #   RETRAIN="pt"        train and score these runs again although their scores are kept (not stage 1:
@@ -168,6 +169,11 @@ also() {   # the paired bootstrap of run $1 against its second baseline, into $2
     || step docnmt evaluate --hyp "$R/$1/valid.fr" --ref "$S/valid/hansard.fr" --compare "$other" --json "$2"
 }
 
+count_decode() {   # count_decode RUN MODEL [EXTRA...]: a separator format decoded with the source's sentence count forced
+  step docnmt translate "$2" -i "$S/valid/hansard.en" -o "$R/$1/valid.count.fr" "${DECODE[@]}" "${BATCH[@]}" "${@:3}" \
+    --sentence-count --report "$R/$1/valid.count.coverage.json"
+}
+
 score() {   # translate and score one trained run (the control's first: the others are compared with it)
   local name=$1 model=$R/$1 out=$R/$1/valid.fr extra=() against=() base=() suite s
   # stage 1: the kept weights every stage-2 run starts from (the scores still go to runs/, then are kept)
@@ -178,16 +184,24 @@ score() {   # translate and score one trained run (the control's first: the othe
     # the document formats' default), so that the aid is the one difference: sentences lost stay lost
     doc2doc_?*) extra=(--fallback none);;
   esac
+  # SCORE_JOBS=2: the separator formats' second decode (the source's sentence count forced) beside the first,
+  # on another core (two independent processes: the same translations as one after the other)
+  local count_pid=
+  case $name in doc2doc*|pt)
+    if [ "${SCORE_JOBS:-1}" -ge 2 ] && [ ! -f "$R/$name/valid.count.fr" ]; then
+      count_decode "$name" "$model" "${extra[@]}" & count_pid=$!
+    fi;;
+  esac
   [ -f "$out" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" -o "$out" "${DECODE[@]}" "${BATCH[@]}" "${extra[@]}" \
                          --report "$R/$name/valid.coverage.json"
+  [ -z "$count_pid" ] || wait "$count_pid"     # (its failure stops the queue, as set -e does for the rest)
   [ "$name" != control ] && against=(--compare "$R/control/valid.fr")
   # (scored again only when a translation is newer: a restarted queue does not redo the bootstrap)
   newer "$R/$name/valid.json" "$out" "$R/control/valid.fr" \
     || step docnmt evaluate --hyp "$out" --ref "$S/valid/hansard.fr" "${against[@]}" --json "$R/$name/valid.json"
   also "$name" "$R/$name/valid.vs_${ALSO[$name]:-}.json"
   case $name in doc2doc*|pt)   # the separator formats again, the source's sentence count forced (a second row)
-    [ -f "$R/$name/valid.count.fr" ] || step docnmt translate "$model" -i "$S/valid/hansard.en" \
-      -o "$R/$name/valid.count.fr" "${DECODE[@]}" "${BATCH[@]}" "${extra[@]}" --sentence-count --report "$R/$name/valid.count.coverage.json"
+    [ -f "$R/$name/valid.count.fr" ] || count_decode "$name" "$model" "${extra[@]}"
     newer "$R/$name/valid.count.json" "$R/$name/valid.count.fr" "$R/control/valid.fr" \
       || step docnmt evaluate --hyp "$R/$name/valid.count.fr" --ref "$S/valid/hansard.fr" --compare "$R/control/valid.fr" \
       --json "$R/$name/valid.count.json";;
