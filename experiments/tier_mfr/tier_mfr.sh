@@ -47,9 +47,9 @@
 # `python experiments/restore_weights.py --record FILE` and `git rm --cached FILE`.
 # Usage (from anywhere):   (nohup setsid bash experiments/tier_mfr/tier_mfr.sh > runs/tier_mfr/queue.log 2>&1 &)
 #   ONLY="control gt"   restrict stage 2 / scoring to these runs;  TRAIN_ONLY=1  skip decoding/scoring
-#   SCORE_JOBS=2        Doc2Doc's and P-Transformer's two decodes side by side (with a core to spare)
 #                       (gt_best_pair, doc2doc_best_pair: the pair of training aids the README's rule picks,
 #                       e.g. ONLY="gt_margin gt_best_pair"; skipped while not every single aid is scored)
+#   SCORE_JOBS=2        Doc2Doc's and P-Transformer's two decodes side by side (with a core to spare)
 #   RETRAIN="pt"        train and score these runs again although their scores are kept (not stage 1:
 #                       to train it again, remove experiments/tier_mfr/results/stage1 and every kept run)
 #   --dry-run           the whole queue on a few Hansard documents with 20 + 10 updates, in
