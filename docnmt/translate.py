@@ -67,6 +67,20 @@ class CoverageReport:
                      f"{self.repaired_sentences} repaired")
         return text + (f"; {self.walk_summary}" if self.walk_summary else "")
 
+    def add(self, other: "CoverageReport", offset: int) -> None:
+        """Add the report of more documents translated apart (a stream's next document, a
+        journal's next chunk): its sentence numbers are taken as ``offset`` on."""
+        for name in ("documents", "sentences", "instances", "malformed_instances", "empty_sentences"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.documents_with_problems += other.documents_with_problems
+        self.lost |= {offset + i for i in other.lost}
+        self.repaired |= {offset + i for i in other.repaired}
+        if other.fallback is not None:
+            self.fallback = {**other.fallback, "sentences": other.fallback["sentences"]
+                             + (self.fallback or {}).get("sentences", 0)}
+        self.walk.update(other.walk)
+        self.walk_summary = other.walk_summary or self.walk_summary
+
     def as_dict(self) -> dict:
         """The report as ``docnmt translate --report`` writes it (JSON), with the paper's
         Table VII figure, documents fully recovered out of all, spelled out; then what the decoding

@@ -95,13 +95,7 @@ def _translate_one(translator, cfg, doc: Document, out, print_scores: bool, tota
     else:
         out.write("".join(t + "\n" for t in docs[0].tgt))
     out.flush()
-    for field in ("documents", "sentences", "instances", "malformed_instances", "empty_sentences"):
-        setattr(total, field, getattr(total, field) + getattr(rep, field))
-    total.documents_with_problems += rep.documents_with_problems
-    total.repaired |= {(total.documents, i) for i in rep.repaired}       # numbered apart per document
-    if rep.fallback is not None:
-        total.fallback = {**rep.fallback, "sentences": rep.fallback["sentences"] + (total.fallback or {}).get(
-            "sentences", 0)}
+    total.add(rep, total.sentences)
 
 
 def _numbered_lines(first: bytes, stream):
@@ -124,10 +118,11 @@ def add_scores(translator, docs) -> None:
 
 
 def write_translations(translator, docs, target, output_format: str = "marker", nbest: int = 1,
-                       print_scores: bool = False) -> None:
+                       print_scores: bool = False, scored: bool = False) -> None:
     """Translated documents to ``target`` (a file name or an open file): JSONL, scored lines
-    (``--nbest`` > 1 or ``--print-scores``, see :func:`write_scored`) or the marker format."""
-    if print_scores:
+    (``--nbest`` > 1 or ``--print-scores``, see :func:`write_scored`) or the marker format.
+    ``scored``: :func:`add_scores` has already been run on ``docs`` (a journal's chunks)."""
+    if print_scores and not scored:
         add_scores(translator, docs)
     if output_format == "jsonl":
         write_jsonl(docs, target)

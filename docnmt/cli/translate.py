@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -26,7 +27,11 @@ def add_translate(sub) -> None:
     g.add_argument("--output-format", default="marker", choices=["marker", "jsonl"],
                    help="marker: one line per source sentence with <d> lines between documents; jsonl: one "
                         "object per document (sentences, n-best lists, scores)")
-    g.add_argument("--force", action="store_true", help="overwrite --output and --report if they exist")
+    g.add_argument("--force", action="store_true", help="overwrite --output and --report if they exist (and "
+                   "start again over an interrupted run's journal)")
+    g.add_argument("--resume", action="store_true",
+                   help="go on from the journal an interrupted run into --output left beside it (OUTPUT.partial.jsonl: "
+                        "its finished chunks of documents are not translated again); without a journal, start")
     add_kept_flags(g)
     g.add_argument("--report", metavar="FILE",
                    help="also write the coverage report (documents fully recovered, empty and merged sentences) "
@@ -53,7 +58,8 @@ def add_translate(sub) -> None:
 
 
 def cmd_translate(args) -> int:
-    from .. import engines
+    from .. import engines, methods
+    from ..journal import chunks, journal_path, translate_journalled
     from ..limits import check_translation
     from ..readers import read_inputs
     from ..translate import Translator
@@ -63,9 +69,17 @@ def cmd_translate(args) -> int:
         raise DocnmtError("--report and --output name the same file")
     refuse_inputs([args.output, args.report], [*inputs, *model_files(args.model, args.checkpoint),
                                                *filter(None, [args.context_src, args.context_tgt])])
-    refuse_overwrite([args.output, args.report], args.force)
+    if args.resume and not args.output:
+        raise DocnmtError("--resume goes on from the journal beside --output: give --output FILE")
+    if args.resume and inputs == ["-"]:
+        raise DocnmtError("--resume needs input files (-i): standard input cannot be read again")
+    journalled = bool(args.output) and journal_path(args.output).exists()
+    refuse_overwrite([args.output, args.report], args.force or (args.resume and journalled))
     refuse_unwritable([args.output, args.report])
     kept = read_kept_input(args, inputs)      # SRT, WebVTT, DOCX, Markdown, HTML, text: written back whole
+    if kept and args.resume:
+        raise DocnmtError("--resume works with documents read as text, JSONL or XML, not a kept format (SRT, "
+                          "WebVTT, DOCX, Markdown, HTML, text), which is translated whole")
     translator = Translator.load(args.model, args.checkpoint, args.device)
     translator.cfg = cfg = decoding_config(args, translator.cfg)
     if args.fallback_model and cfg.decode.fallback == "none":
@@ -79,7 +93,7 @@ def cmd_translate(args) -> int:
         raise DocnmtError("--print-scores and --nbest: n-best lines already end in each hypothesis's score; "
                           "give one of them, or --output-format jsonl for both")
     streamable = args.format in ("auto", "marker", "blankline", "plain")
-    report = None
+    report = journal = None
     context = read_context(args.context_src, args.context_tgt)
     if kept and context:
         raise DocnmtError("--context-src/--context-tgt work with plain or <d>-marker input, not a kept format "
@@ -91,15 +105,58 @@ def cmd_translate(args) -> int:
     if report is None:           # not streamed, or the input turned out to be JSON or XML
         docs = read_inputs(inputs, args.format)
         check_translation(translator, docs, cfg.decode, inputs, args.format)   # sizes, before any decoding
-        out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs),
-                                           context=context)
-        write_translations(translator, out, args.output or sys.stdout, args.output_format, cfg.decode.nbest,
-                           args.print_scores)
+        journal = open_journal(args, translator, cfg, inputs, len(docs)) if args.output else None
+        whole = journal is None or len(chunks(docs)) < 2 \
+            or not methods.decode_walk(translator.cfg, cfg.decode).documents_apart
+        if whole:
+            out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs),
+                                               context=context)
+        else:
+            out, report = translate_journalled(translator, cfg.decode, docs, journal, context=context,
+                                               progress=not args.quiet, origin=",".join(inputs),
+                                               scores=args.print_scores)
+        write_output(args.output, lambda target: write_translations(
+            translator, out, target, args.output_format, cfg.decode.nbest, args.print_scores, scored=not whole))
     if not args.quiet:
         print(report.summary(), file=sys.stderr)
     if args.report:
         write_report(report, args.report)
+    if journal is not None:
+        journal.remove()            # the output and report are written: nothing left to take up
     return 0
+
+
+def open_journal(args, translator, cfg, inputs, documents: int):
+    """The journal of this translation into ``--output`` (:mod:`docnmt.journal`), its fingerprint
+    made of what decides the translations: the model's files (the weights by size and time), the
+    input and context files, the decoding settings and the output's format."""
+    from .. import journal
+    from ..journal import Journal, file_digest, fingerprint
+    model = [p for p in model_files(args.model, args.checkpoint) if p and Path(p).is_file()]
+    weights = Path(translator.weights_path)
+    parts = {"model": {str(p): file_digest(p) for p in model if Path(p).resolve() != weights.resolve()},
+             "weights": file_digest(weights, content=False),
+             "inputs": [file_digest(p) for p in inputs],
+             "context": [file_digest(p) for p in (args.context_src, args.context_tgt) if p],
+             "decode": vars(cfg.decode), "format": args.format, "output_format": args.output_format,
+             "print_scores": args.print_scores, "chunk": journal.CHUNK_SENTENCES}
+    return Journal.open(args.output, fingerprint(parts), documents, args.resume, args.force)
+
+
+def write_output(path: str | None, write) -> None:
+    """``write(target)`` to standard output, or to ``path`` through a temporary file beside it
+    renamed at the end (a file that is not regular, /dev/null or a pipe, is written directly):
+    a run stopped while writing leaves no half-written output."""
+    if not path or (Path(path).exists() and not Path(path).is_file()):
+        write(path or sys.stdout)
+        return
+    real = Path(path).resolve()             # (through a link: the file it names)
+    tmp = real.with_name(f"{real.name}.tmp{os.getpid()}")
+    try:
+        write(str(tmp))
+        os.replace(tmp, real)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_context(src: str | None, tgt: str | None) -> dict | None:

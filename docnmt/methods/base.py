@@ -148,9 +148,12 @@ class Walk:
     (:mod:`.docflat`) are the others. ``cuts_documents``: the walk cuts documents into
     instances that fit by its own rule (no whole-document instance to check). ``report``: entries
     the walk adds to the coverage report once it has run, and :meth:`summary` a few words of it
-    for the report's summary line (two-pass decoding: what translated pass 1)."""
+    for the report's summary line (two-pass decoding: what translated pass 1). ``documents_apart``:
+    each document's translation depends on it alone, so an input may be translated in chunks of
+    documents (:mod:`docnmt.journal`) with the translations it would get whole."""
 
     cuts_documents = False
+    documents_apart = True
 
     def __init__(self):
         self.report: dict = {}

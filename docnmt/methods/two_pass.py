@@ -28,7 +28,10 @@ class TwoPass(Walk):
     names; pass 2 decodes every pseudo-document with its context's first-pass translation forced
     as the target prefix, generating only the current sentence. Both passes decode batches of
     consecutive sentences, also for a model trained on shuffled batches (``shuffled_data``).
-    Its coverage-report entry ``first_pass`` says what translated pass 1."""
+    Its coverage-report entry ``first_pass`` says what translated pass 1. Not ``documents_apart``:
+    the batches of consecutive sentences cross documents, and a first-pass file holds the whole input."""
+
+    documents_apart = False
 
     def summary(self) -> str:
         used = self.report.get("first_pass")

@@ -1,0 +1,208 @@
+"""Translation that survives being stopped: ``docnmt translate -i ... -o FILE`` translates its
+documents in chunks of whole documents (about ``CHUNK_SENTENCES`` source sentences each) and
+appends every finished chunk to a journal beside the output, ``FILE.partial.jsonl``: one JSON
+line with the chunk's translations, their metadata (n-best lists, scores, repaired sentences) and
+its coverage report. The output is written once, at the end (to a temporary file, then renamed),
+and the journal removed. A run stopped on the way (killed, a crash, a full disk) leaves the
+journal; the same command with ``--resume`` translates only the chunks it does not hold, and
+writes the output and report the uninterrupted run would have written.
+
+The journal's first line holds a fingerprint of what decides the translations (the model's files,
+the input files, the decoding settings, the output format, the chunk size): a journal of another
+translation is refused, not mixed in. A last line cut short by the stop is ignored (that chunk is
+translated again). Chunks are independent only where the method translates each document on its
+own: a walk whose documents depend on each other (two-pass decoding, whose pass 2 reads a batch
+of consecutive sentences across documents) is translated whole, without a journal, as is an
+input of one chunk."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .document import Document
+from .errors import DataError, DocnmtError
+from .translate import CoverageReport
+
+CHUNK_SENTENCES = 1000       # source sentences per journal entry (whole documents: a longer one is its own)
+SUFFIX = ".partial.jsonl"
+VERSION = 1
+
+
+def journal_path(output: str | Path) -> Path:
+    return Path(str(output) + SUFFIX)
+
+
+def chunks(docs: list[Document], size: int | None = None) -> list[range]:
+    """Consecutive ranges of document indices holding at least ``size`` (default
+    ``CHUNK_SENTENCES``) source sentences each (the last may hold fewer; a document of more is a
+    chunk alone)."""
+    size = size or CHUNK_SENTENCES
+    out, start, n = [], 0, 0
+    for k, doc in enumerate(docs):
+        n += len(doc.src)
+        if n >= size:
+            out.append(range(start, k + 1))
+            start, n = k + 1, 0
+    if start < len(docs):
+        out.append(range(start, len(docs)))
+    return out
+
+
+def file_digest(path: str | Path, *, content: bool = True) -> str:
+    """A file's identity for the fingerprint: its SHA-256 (``content``), else its size and
+    modification time (a model's weights: reading gigabytes to start a translation is too slow)."""
+    p = Path(path)
+    if not content:
+        st = p.stat()
+        return f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    h = hashlib.sha256()
+    with p.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fingerprint(parts: dict) -> str:
+    """One digest of ``parts`` (anything JSON can write; other values by ``str``)."""
+    text = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def report_state(report: CoverageReport) -> dict:
+    """A chunk's coverage report as the journal keeps it (sentence numbers within the chunk)."""
+    return {"documents": report.documents, "sentences": report.sentences, "instances": report.instances,
+            "malformed_instances": report.malformed_instances, "empty_sentences": report.empty_sentences,
+            "documents_with_problems": list(report.documents_with_problems), "walk": report.walk,
+            "walk_summary": report.walk_summary, "lost": sorted(report.lost), "repaired": sorted(report.repaired),
+            "fallback": report.fallback}
+
+
+def report_from(state: dict) -> CoverageReport:
+    return CoverageReport(**{**state, "lost": set(state["lost"]), "repaired": set(state["repaired"])})
+
+
+class Journal:
+    """The journal of one translation into ``output``: ``done`` maps a chunk's first document to
+    its ``(documents, report)`` as journalled; :meth:`add` appends a chunk, :meth:`remove` ends it."""
+
+    def __init__(self, output: str | Path, fp: str, documents: int):
+        self.path, self.fp, self.documents = journal_path(output), fp, documents
+        self.done: dict[int, tuple[list[dict], dict]] = {}
+        self.fh = None
+
+    @classmethod
+    def open(cls, output: str | Path, fp: str, documents: int, resume: bool, force: bool) -> "Journal":
+        """The journal for a run into ``output``: an interrupted run's is taken up with ``resume``
+        (refused if it belongs to another translation, unless ``force``), and refused without it
+        (unless ``force``, which starts again)."""
+        out = cls(output, fp, documents)
+        if not out.path.exists():
+            return out
+        header, entries = read_journal(out.path)
+        same = header.get("fingerprint") == fp and header.get("version") == VERSION
+        if resume and same:
+            out.done = {e["first"]: (e["docs"], e["report"]) for e in entries}
+            return out
+        if not force:
+            done = sum(len(e["docs"]) for e in entries)
+            if resume:
+                raise DocnmtError(f"{out.path}: the journal of another translation (another model, input, decoding "
+                                  "settings or output format); give that command again, or add --force to start "
+                                  "again")
+            raise DocnmtError(f"{out.path}: an interrupted translation into {output} left this journal "
+                              f"({done} of {header.get('documents', '?')} documents done); --resume goes on from it, "
+                              "--force starts again")
+        out.path.unlink()
+        return out
+
+    def add(self, first: int, docs: list[Document], report: CoverageReport) -> None:
+        """Append one finished chunk (documents from ``first``), flushed and synced to disk."""
+        if self.fh is None:
+            new = not self.path.exists()
+            try:
+                self.fh = self.path.open("a", encoding="utf-8", newline="\n")
+                if new:
+                    self._write({"docnmt_journal": VERSION, "version": VERSION, "fingerprint": self.fp,
+                                 "documents": self.documents})
+            except OSError as e:
+                raise DataError(f"cannot write the journal: {e.strerror or e}", str(self.path)) from None
+        self._write({"first": first, "docs": [{"tgt": d.tgt, "meta": d.meta} for d in docs],
+                     "report": report_state(report)})
+
+    def _write(self, obj: dict) -> None:
+        try:
+            self.fh.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+        except OSError as e:
+            raise DataError(f"cannot write the journal: {e.strerror or e}", str(self.path)) from None
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            self.fh = None
+
+    def remove(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+def read_journal(path: Path) -> tuple[dict, list[dict]]:
+    """A journal's header and its complete entries (a last line cut short is left out)."""
+    header, entries = {}, []
+    with path.open(encoding="utf-8") as fh:
+        for k, line in enumerate(fh):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                if line.endswith("\n"):          # a damaged line inside: not a journal to trust
+                    raise DocnmtError(f"{path}: line {k + 1} is not JSON; remove the journal or add --force "
+                                      "to start again") from None
+                break                            # the last line, cut short by the stop
+            if k == 0:
+                header = obj
+            else:
+                entries.append(obj)
+    if not header.get("docnmt_journal"):
+        raise DocnmtError(f"{path}: not a docnmt translation journal; remove it or add --force to start again")
+    return header, entries
+
+
+def translate_journalled(translator, search, docs: list[Document], journal: Journal | None, *,
+                         context: dict | None = None, progress: bool = False, origin: str = "input",
+                         scores: bool = False, size: int | None = None):
+    """Translate ``docs`` chunk by chunk (:func:`chunks`), each finished chunk added to ``journal``
+    and the chunks it already holds taken from it; ``context`` goes with the first document,
+    ``scores`` adds each document's reference scores (``--print-scores``) before it is journalled.
+    Returns the translated documents and the whole input's coverage report."""
+    from .progress_log import progress_bar
+    from .translate_io import add_scores
+    parts = chunks(docs, size)
+    held = journal.done if journal is not None else {}
+    total, out, offset = CoverageReport(), [], 0
+    todo = sum(len(docs[k].src) for part in parts if part.start not in held for k in part)
+    bar = progress_bar(total=todo, desc="translate", unit="sent", disable=not progress or len(parts) == 1, leave=False)
+    for part in parts:
+        sub = [docs[k] for k in part]
+        if part.start in held:
+            kept, state = held[part.start]
+            if len(kept) != len(sub):
+                raise DocnmtError(f"{journal.path}: its chunk at document {part.start + 1} holds {len(kept)} "
+                                  f"documents, the input {len(sub)}; add --force to start again")
+            done = [Document(d.docid, d.src, k["tgt"], k["meta"]) for d, k in zip(sub, kept)]
+            rep = report_from(state)
+        else:
+            done, rep = translator.translate(sub, search, progress=progress and len(parts) == 1, origin=origin,
+                                             context=context if part.start == 0 else None)
+            if scores:
+                add_scores(translator, done)
+            if journal is not None:
+                journal.add(part.start, done, rep)
+            bar.update(sum(len(d.src) for d in sub))
+        total.add(rep, offset)
+        offset += max(rep.sentences, max(rep.lost | rep.repaired, default=-1) + 1)
+        out.extend(done)
+    bar.close()
+    return out, total
