@@ -4,8 +4,8 @@ appends every finished chunk to a journal beside the output, ``FILE.partial.json
 line with the chunk's translations, their metadata (n-best lists, scores, repaired sentences) and
 its coverage report. The output is written once, at the end (to a temporary file, then renamed),
 and the journal removed. A run stopped on the way (killed, a crash, a full disk) leaves the
-journal; the same command with ``--resume`` translates only the chunks it does not hold, and
-writes the output and report the uninterrupted run would have written.
+journal; the same command again translates only the chunks it does not hold, and writes the
+output and report the uninterrupted run would have written (``--force`` starts again).
 
 The journal's first line holds a fingerprint of what decides the translations (the model's files,
 the input files, the decoding settings, the output format, the chunk size): a journal of another
@@ -93,29 +93,27 @@ class Journal:
         self.fh = None
 
     @classmethod
-    def open(cls, output: str | Path, fp: str, documents: int, resume: bool, force: bool) -> "Journal":
-        """The journal for a run into ``output``: an interrupted run's is taken up with ``resume``
-        (refused if it belongs to another translation, unless ``force``), and refused without it
-        (unless ``force``, which starts again)."""
+    def open(cls, output: str | Path, fp: str, documents: int, force: bool) -> "Journal":
+        """The journal for a run into ``output``: an interrupted run's is taken up when it holds this
+        translation (the same fingerprint), refused when it holds another, and deleted with ``force``
+        (start again)."""
         out = cls(output, fp, documents)
         if not out.path.exists():
             return out
-        header, entries = read_journal(out.path)
-        same = header.get("fingerprint") == fp and header.get("version") == VERSION
-        if resume and same:
-            out.done = {e["first"]: (e["docs"], e["report"]) for e in entries}
+        if force:
+            out.path.unlink()
             return out
-        if not force:
-            done = sum(len(e["docs"]) for e in entries)
-            if resume:
-                raise DocnmtError(f"{out.path}: the journal of another translation (another model, input, decoding "
-                                  "settings or output format); give that command again, or add --force to start "
-                                  "again")
-            raise DocnmtError(f"{out.path}: an interrupted translation into {output} left this journal "
-                              f"({done} of {header.get('documents', '?')} documents done); --resume goes on from it, "
-                              "--force starts again")
-        out.path.unlink()
+        header, entries = read_journal(out.path)
+        if header.get("fingerprint") != fp or header.get("version") != VERSION:
+            raise DocnmtError(f"{out.path}: the journal of another translation into {output} (another model, input, "
+                              "decoding settings or output format); give that command again to go on, or add "
+                              "--force to start again")
+        out.done = {e["first"]: (e["docs"], e["report"]) for e in entries}
         return out
+
+    @property
+    def documents_done(self) -> int:
+        return sum(len(docs) for docs, _ in self.done.values())
 
     def add(self, first: int, docs: list[Document], report: CoverageReport) -> None:
         """Append one finished chunk (documents from ``first``), flushed and synced to disk."""

@@ -1,6 +1,6 @@
-"""``docnmt translate -o FILE`` survives being stopped (docnmt.journal): finished chunks of documents
-are journalled beside the output, and ``--resume`` translates only the rest, to the output and
-coverage report an uninterrupted run writes."""
+"""``docnmt translate -i ... -o FILE`` survives being stopped (docnmt.journal): finished chunks of
+documents are journalled beside the output, and the same command again translates only the rest,
+to the output and coverage report an uninterrupted run writes."""
 from __future__ import annotations
 
 import json
@@ -78,7 +78,7 @@ def test_chunked_translation_writes_what_a_whole_one_does(run_cli, source, tiny_
 
 
 @pytest.mark.parametrize("extra", [[], ["--print-scores"], ["--output-format", "jsonl", "--nbest", "2"]])
-def test_a_stopped_run_resumes_to_the_uninterrupted_output(run_cli, cli_error, source, tiny_model, tmp_path,
+def test_a_stopped_run_resumes_to_the_uninterrupted_output(run_cli, source, tiny_model, tmp_path,
                                                            monkeypatch, extra):
     model = tiny_model("doc2doc")
     ref, out = tmp_path / "ref.de", tmp_path / "out.de"
@@ -92,13 +92,11 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_output(run_cli, cli_error, s
         run_cli(*argv, "-o", out, "--report", tmp_path / "out.json")
     log = journal.journal_path(out)
     assert not out.exists() and len(log.read_text().splitlines()) == 3       # header + two chunks
-    # the same command again, without --resume: refused, naming the way on; nothing translated
-    err = cli_error(*argv, "-o", out, "--report", tmp_path / "out.json")
-    assert "--resume" in err and "documents done" in err and len(seen) == 3
     monkeypatch.undo()
     monkeypatch.setattr(journal, "CHUNK_SENTENCES", CHUNK)
     seen = stop_after(monkeypatch, 100)
-    assert run_cli(*argv, "-o", out, "--report", tmp_path / "out.json", "--resume")[0] == 0
+    status, _, err = run_cli(*[a for a in argv if a != "-q"], "-o", out, "--report", tmp_path / "out.json")
+    assert status == 0 and "going on from" in err and "documents translated before the stop" in err
     n_chunks = len(journal.chunks([Document(str(k), s) for k, s in enumerate(chunk_sizes(source))], CHUNK))
     assert len(seen) == n_chunks - 2                         # the two journalled chunks not translated again
     assert out.read_text() == ref.read_text()
@@ -131,7 +129,7 @@ def test_a_journal_cut_short_in_its_last_line_loses_only_that_chunk(run_cli, sou
     monkeypatch.undo()
     monkeypatch.setattr(journal, "CHUNK_SENTENCES", CHUNK)
     seen = stop_after(monkeypatch, 100)
-    assert run_cli("translate", model, "-i", source, "-o", out, "-q", "--resume")[0] == 0
+    assert run_cli("translate", model, "-i", source, "-o", out, "-q")[0] == 0
     assert seen[0] == json_ids(text.splitlines()[3], source)       # chunk 3 again, chunks 1-2 from the journal
 
 
@@ -151,26 +149,29 @@ def test_a_journal_of_another_translation_is_refused_then_force_starts_again(run
         run_cli("translate", model, "-i", source, "-o", out, "-q")
     monkeypatch.undo()
     monkeypatch.setattr(journal, "CHUNK_SENTENCES", CHUNK)
-    err = cli_error("translate", model, "-i", source, "-o", out, "-q", "--resume", "--beam", "2")
-    assert "another translation" in err and journal.journal_path(out).exists()
+    err = cli_error("translate", model, "-i", source, "-o", out, "-q", "--beam", "2")
+    assert "another translation" in err and "--force" in err and journal.journal_path(out).exists()
     seen = stop_after(monkeypatch, 100)
     assert run_cli("translate", model, "-i", source, "-o", out, "-q", "--beam", "2", "--force")[0] == 0
     assert sum(len(ids) for ids in seen) == len(chunk_sizes(source))      # every document translated afresh
     assert not journal.journal_path(out).exists()
 
 
-def test_resume_needs_an_output_file_and_input_files(cli_error, source, tiny_model):
-    model = tiny_model("doc2doc")
-    assert "--output" in cli_error("translate", model, "-i", source, "--resume")
-    assert "standard input" in cli_error("translate", model, "--resume", "-o", "x.de")
-
-
-def test_resume_without_a_journal_translates_and_an_existing_output_is_still_refused(run_cli, cli_error, source,
-                                                                                     tiny_model, tmp_path):
+def test_an_existing_output_without_a_journal_is_still_refused_and_stdin_keeps_none(run_cli, cli_error, source,
+                                                                                     tiny_model, tmp_path,
+                                                                                     small_chunks, monkeypatch):
     model = tiny_model("doc2doc")
     out = tmp_path / "out.de"
-    assert run_cli("translate", model, "-i", source, "-o", out, "-q", "--resume")[0] == 0 and out.exists()
-    assert "exists" in cli_error("translate", model, "-i", source, "-o", out, "-q", "--resume")
+    assert run_cli("translate", model, "-i", source, "-o", out, "-q")[0] == 0 and out.exists()
+    assert "exists" in cli_error("translate", model, "-i", source, "-o", out, "-q")
+    from docnmt.readers import read_inputs, write_jsonl
+    write_jsonl(read_inputs([str(source)], "auto"), tmp_path / "in.jsonl")      # read whole from stdin, not streamed
+    monkeypatch.setattr("sys.stdin", open(tmp_path / "in.jsonl", encoding="utf-8"))
+    seen = stop_after(monkeypatch, 0)
+    with pytest.raises(Stop):          # standard input cannot be read again: translated whole, no journal
+        run_cli("translate", model, "--format", "jsonl", "-o", tmp_path / "s.de", "-q")
+    assert seen == [[d.docid for d in read_inputs([str(source)], "auto")]]
+    assert not journal.journal_path(tmp_path / "s.de").exists()
 
 
 def test_two_pass_decoding_is_translated_whole(run_cli, source, tiny_model, tmp_path, small_chunks, monkeypatch):

@@ -23,15 +23,14 @@ def add_translate(sub) -> None:
     g = groups["input and output"]
     g.add_argument("--input", "--src", "-i", nargs="*", metavar="FILE", help="source file(s) (default: stdin)")
     g.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP + KEPT_HELP)
-    g.add_argument("--output", "-o", help="output file (default: stdout); never overwritten without --force")
+    g.add_argument("--output", "-o", help="output file (default: stdout); never overwritten without --force. With "
+                   "input files, finished chunks of documents are journalled beside it (OUTPUT.partial.jsonl) and "
+                   "the same command after a stop goes on from them")
     g.add_argument("--output-format", default="marker", choices=["marker", "jsonl"],
                    help="marker: one line per source sentence with <d> lines between documents; jsonl: one "
                         "object per document (sentences, n-best lists, scores)")
     g.add_argument("--force", action="store_true", help="overwrite --output and --report if they exist (and "
-                   "start again over an interrupted run's journal)")
-    g.add_argument("--resume", action="store_true",
-                   help="go on from the journal an interrupted run into --output left beside it (OUTPUT.partial.jsonl: "
-                        "its finished chunks of documents are not translated again); without a journal, start")
+                   "start again instead of going on from a stopped run's journal, OUTPUT.partial.jsonl)")
     add_kept_flags(g)
     g.add_argument("--report", metavar="FILE",
                    help="also write the coverage report (documents fully recovered, empty and merged sentences) "
@@ -69,17 +68,11 @@ def cmd_translate(args) -> int:
         raise DocnmtError("--report and --output name the same file")
     refuse_inputs([args.output, args.report], [*inputs, *model_files(args.model, args.checkpoint),
                                                *filter(None, [args.context_src, args.context_tgt])])
-    if args.resume and not args.output:
-        raise DocnmtError("--resume goes on from the journal beside --output: give --output FILE")
-    if args.resume and inputs == ["-"]:
-        raise DocnmtError("--resume needs input files (-i): standard input cannot be read again")
-    journalled = bool(args.output) and journal_path(args.output).exists()
-    refuse_overwrite([args.output, args.report], args.force or (args.resume and journalled))
-    refuse_unwritable([args.output, args.report])
     kept = read_kept_input(args, inputs)      # SRT, WebVTT, DOCX, Markdown, HTML, text: written back whole
-    if kept and args.resume:
-        raise DocnmtError("--resume works with documents read as text, JSONL or XML, not a kept format (SRT, "
-                          "WebVTT, DOCX, Markdown, HTML, text), which is translated whole")
+    # a stopped run's output and report may be there (stopped after writing them): its journal says so
+    journalled = bool(args.output) and inputs != ["-"] and not kept and journal_path(args.output).exists()
+    refuse_overwrite([args.output, args.report], args.force or journalled)
+    refuse_unwritable([args.output, args.report])
     translator = Translator.load(args.model, args.checkpoint, args.device)
     translator.cfg = cfg = decoding_config(args, translator.cfg)
     if args.fallback_model and cfg.decode.fallback == "none":
@@ -105,7 +98,10 @@ def cmd_translate(args) -> int:
     if report is None:           # not streamed, or the input turned out to be JSON or XML
         docs = read_inputs(inputs, args.format)
         check_translation(translator, docs, cfg.decode, inputs, args.format)   # sizes, before any decoding
-        journal = open_journal(args, translator, cfg, inputs, len(docs)) if args.output else None
+        journal = open_journal(args, translator, cfg, inputs, len(docs)) if args.output and inputs != ["-"] else None
+        if journal is not None and journal.done and not args.quiet:
+            print(f"going on from {journal.path}: {journal.documents_done} of {len(docs)} documents translated "
+                  "before the stop", file=sys.stderr)
         whole = journal is None or len(chunks(docs)) < 2 \
             or not methods.decode_walk(translator.cfg, cfg.decode).documents_apart
         if whole:
@@ -140,7 +136,7 @@ def open_journal(args, translator, cfg, inputs, documents: int):
              "context": [file_digest(p) for p in (args.context_src, args.context_tgt) if p],
              "decode": vars(cfg.decode), "format": args.format, "output_format": args.output_format,
              "print_scores": args.print_scores, "chunk": journal.CHUNK_SENTENCES}
-    return Journal.open(args.output, fingerprint(parts), documents, args.resume, args.force)
+    return Journal.open(args.output, fingerprint(parts), documents, args.force)
 
 
 def write_output(path: str | None, write) -> None:
