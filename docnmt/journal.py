@@ -25,7 +25,7 @@ from .document import Document
 from .errors import DataError, DocnmtError
 from .translate import CoverageReport
 
-CHUNK_SENTENCES = 1000       # source sentences per journal entry (whole documents: a longer one is its own)
+CHUNK_SENTENCES = 1000       # source sentences per journal entry, at least (a chunk holds whole documents)
 SUFFIX = ".partial.jsonl"
 VERSION = 1
 
@@ -35,9 +35,8 @@ def journal_path(output: str | Path) -> Path:
 
 
 def chunks(docs: list[Document], size: int | None = None) -> list[range]:
-    """Consecutive ranges of document indices holding at least ``size`` (default
-    ``CHUNK_SENTENCES``) source sentences each (the last may hold fewer; a document of more is a
-    chunk alone)."""
+    """Consecutive ranges of document indices, each closed by the document that brings it to ``size``
+    (default ``CHUNK_SENTENCES``) source sentences or more (the last may hold fewer)."""
     size = size or CHUNK_SENTENCES
     out, start, n = [], 0, 0
     for k, doc in enumerate(docs):
