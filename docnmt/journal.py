@@ -5,11 +5,12 @@ line with the chunk's translations, their metadata (n-best lists, scores, repair
 its coverage report. The output is written once, at the end (to a temporary file, then renamed),
 and the journal removed. A run stopped on the way (killed, a crash, a full disk) leaves the
 journal; the same command again translates only the chunks it does not hold, and writes the
-output and report the uninterrupted run would have written (``--force`` starts again).
+output and report the uninterrupted run would have written (with ``--force`` too: the same
+command always goes on; deleting the journal starts again).
 
 The journal's first line holds a fingerprint of what decides the translations (the model's files,
 the input files, the decoding settings, the output format, the chunk size): a journal of another
-translation is refused, not mixed in. A last line cut short by the stop is ignored (that chunk is
+translation is refused, not mixed in (``--force`` deletes it and starts again). A last line cut short by the stop is ignored (that chunk is
 translated again). Chunks are independent only where the method translates each document on its
 own: a walk whose documents depend on each other (two-pass decoding, whose pass 2 reads a batch
 of consecutive sentences across documents) is translated whole, without a journal, as is an
@@ -89,30 +90,37 @@ class Journal:
     def __init__(self, output: str | Path, fp: str, documents: int):
         self.path, self.fp, self.documents = journal_path(output), fp, documents
         self.done: dict[int, tuple[list[dict], dict]] = {}
+        self.added = 0           # documents this run has journalled
         self.fh = None
 
     @classmethod
     def open(cls, output: str | Path, fp: str, documents: int, force: bool) -> "Journal":
         """The journal for a run into ``output``: an interrupted run's is taken up when it holds this
-        translation (the same fingerprint), refused when it holds another, and deleted with ``force``
-        (start again)."""
+        translation (the same fingerprint; with ``force`` too, so that the same command always goes
+        on), and refused when it holds another or is damaged, unless ``force`` (then deleted)."""
         out = cls(output, fp, documents)
         if not out.path.exists():
             return out
-        if force:
-            out.path.unlink()
+        try:
+            header, entries = read_journal(out.path)
+        except DocnmtError:
+            if not force:
+                raise
+            header, entries = {}, []
+        if header.get("fingerprint") == fp and header.get("version") == VERSION:
+            out.done = {e["first"]: (e["docs"], e["report"]) for e in entries}
             return out
-        header, entries = read_journal(out.path)
-        if header.get("fingerprint") != fp or header.get("version") != VERSION:
+        if not force:
             raise DocnmtError(f"{out.path}: the journal of another translation into {output} (another model, input, "
                               "decoding settings or output format); give that command again to go on, or add "
                               "--force to start again")
-        out.done = {e["first"]: (e["docs"], e["report"]) for e in entries}
+        out.path.unlink()
         return out
 
     @property
     def documents_done(self) -> int:
-        return sum(len(docs) for docs, _ in self.done.values())
+        """Documents the journal holds: from the stopped run and from this one."""
+        return sum(len(docs) for docs, _ in self.done.values()) + self.added
 
     def add(self, first: int, docs: list[Document], report: CoverageReport) -> None:
         """Append one finished chunk (documents from ``first``), flushed and synced to disk."""
@@ -127,6 +135,7 @@ class Journal:
                 raise DataError(f"cannot write the journal: {e.strerror or e}", str(self.path)) from None
         self._write({"first": first, "docs": [{"tgt": d.tgt, "meta": d.meta} for d in docs],
                      "report": report_state(report)})
+        self.added += len(docs)
 
     def _write(self, obj: dict) -> None:
         try:

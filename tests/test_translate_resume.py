@@ -28,15 +28,15 @@ class Stop(Exception):
     """A stop after some chunks (a kill, a crash)."""
 
 
-def stop_after(monkeypatch, calls: int) -> list:
-    """``Translator.translate`` raising :class:`Stop` on its ``calls + 1``-th call; returns the list
+def stop_after(monkeypatch, calls: int, stop=Stop) -> list:
+    """``Translator.translate`` raising ``stop`` on its ``calls + 1``-th call; returns the list
     of the documents each call got (the calls made, the stopped one included)."""
     real, seen = Translator.translate, []
 
     def translate(self, docs, *args, **kwargs):
         seen.append([d.docid for d in docs])
         if len(seen) > calls:
-            raise Stop
+            raise stop
         return real(self, docs, *args, **kwargs)
     monkeypatch.setattr(Translator, "translate", translate)
     return seen
@@ -179,3 +179,25 @@ def test_two_pass_decoding_is_translated_whole(run_cli, source, tiny_model, tmp_
     seen = stop_after(monkeypatch, 100)
     assert run_cli("translate", tiny_model("docflat"), "-i", source, "-o", tmp_path / "o.de", "-q")[0] == 0
     assert len(seen) == 1 and len(seen[0]) == len(chunk_sizes(source))
+
+
+def test_the_same_command_goes_on_with_force_too_and_ctrl_c_says_so(run_cli, source, tiny_model, tmp_path,
+                                                                     small_chunks, monkeypatch):
+    """A run started with --force (over an old output) and stopped goes on when that command is given
+    again: --force starts again only over another translation's journal."""
+    model = tiny_model("doc2doc")
+    out = tmp_path / "out.de"
+    out.write_text("an old output\n")
+    argv = ["translate", model, "-i", source, "-o", out, "--force"]
+    stop_after(monkeypatch, 2, KeyboardInterrupt)
+    status, _, err = run_cli(*argv)
+    assert status == 130 and "finished chunks of documents go to" in err
+    assert "documents kept in" in err and "the same command goes on" in err
+    assert out.read_text() == "an old output\n"             # not written before the end
+    monkeypatch.undo()
+    monkeypatch.setattr(journal, "CHUNK_SENTENCES", CHUNK)
+    seen = stop_after(monkeypatch, 100)
+    status, _, err = run_cli(*argv)
+    assert status == 0 and "going on from" in err
+    n_chunks = len(journal.chunks([Document(str(k), s) for k, s in enumerate(chunk_sizes(source))], CHUNK))
+    assert len(seen) == n_chunks - 2 and out.read_text() != "an old output\n"

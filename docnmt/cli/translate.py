@@ -30,7 +30,7 @@ def add_translate(sub) -> None:
                    help="marker: one line per source sentence with <d> lines between documents; jsonl: one "
                         "object per document (sentences, n-best lists, scores)")
     g.add_argument("--force", action="store_true", help="overwrite --output and --report if they exist (and "
-                   "start again instead of going on from a stopped run's journal, OUTPUT.partial.jsonl)")
+                   "delete another translation's journal beside the output; this translation's goes on)")
     add_kept_flags(g)
     g.add_argument("--report", metavar="FILE",
                    help="also write the coverage report (documents fully recovered, empty and merged sentences) "
@@ -99,18 +99,24 @@ def cmd_translate(args) -> int:
         docs = read_inputs(inputs, args.format)
         check_translation(translator, docs, cfg.decode, inputs, args.format)   # sizes, before any decoding
         journal = open_journal(args, translator, cfg, inputs, len(docs)) if args.output and inputs != ["-"] else None
-        if journal is not None and journal.done and not args.quiet:
-            print(f"going on from {journal.path}: {journal.documents_done} of {len(docs)} documents translated "
-                  "before the stop", file=sys.stderr)
         whole = journal is None or len(chunks(docs)) < 2 \
             or not methods.decode_walk(translator.cfg, cfg.decode).documents_apart
         if whole:
             out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs),
                                                context=context)
         else:
-            out, report = translate_journalled(translator, cfg.decode, docs, journal, context=context,
-                                               progress=not args.quiet, origin=",".join(inputs),
-                                               scores=args.print_scores)
+            if not args.quiet:
+                print(f"going on from {journal.path}: {journal.documents_done} of {len(docs)} documents translated "
+                      "before the stop" if journal.done else f"finished chunks of documents go to {journal.path}: "
+                      "if this run is stopped, the same command goes on from them", file=sys.stderr)
+            try:
+                out, report = translate_journalled(translator, cfg.decode, docs, journal, context=context,
+                                                   progress=not args.quiet, origin=",".join(inputs),
+                                                   scores=args.print_scores)
+            except KeyboardInterrupt:
+                print(f"docnmt: {journal.documents_done} of {len(docs)} documents kept in {journal.path}: the same "
+                      "command goes on from them", file=sys.stderr)
+                raise
         write_output(args.output, lambda target: write_translations(
             translator, out, target, args.output_format, cfg.decode.nbest, args.print_scores, scored=not whole))
     if not args.quiet:
