@@ -12,9 +12,9 @@ The journal's first line holds a fingerprint of what decides the translations (t
 the input files, the decoding settings, the output format, the chunk size): a journal of another
 translation is refused, not mixed in (``--force`` deletes it and starts again). A last line cut
 short by the stop is ignored (that chunk is translated again). Chunks are independent only where
-the method translates each document on its own: a walk whose documents depend on each other (two-pass decoding, whose pass 2 reads a batch
-of consecutive sentences across documents) is translated whole, without a journal, as is an
-input of one chunk."""
+the method translates each document on its own: a walk whose documents depend on each other
+(two-pass decoding, whose pass 2 reads a batch of consecutive sentences across documents) is
+translated whole, without a journal, as is an input of one chunk."""
 from __future__ import annotations
 
 import hashlib
