@@ -57,12 +57,10 @@ def add_translate(sub) -> None:
 
 
 def cmd_translate(args) -> int:
-    from .. import engines, methods
-    from ..journal import chunks, journal_path, translate_journalled
-    from ..limits import check_translation
-    from ..readers import read_inputs
+    from .. import engines
+    from ..journal import journal_path
     from ..translate import Translator
-    from ..translate_io import translate_stream, write_report, write_translations
+    from ..translate_io import translate_stream, write_report
     inputs = args.input or ["-"]
     if args.report and args.output and Path(args.report).resolve() == Path(args.output).resolve():
         raise DocnmtError("--report and --output name the same file")
@@ -96,29 +94,7 @@ def cmd_translate(args) -> int:
             and not context:
         report = translate_stream(translator, cfg, args.output, args.print_scores)
     if report is None:           # not streamed, or the input turned out to be JSON or XML
-        docs = read_inputs(inputs, args.format)
-        check_translation(translator, docs, cfg.decode, inputs, args.format)   # sizes, before any decoding
-        journal = open_journal(args, translator, cfg, inputs, len(docs)) if args.output and inputs != ["-"] else None
-        whole = journal is None or len(chunks(docs)) < 2 \
-            or not methods.decode_walk(translator.cfg, cfg.decode).documents_apart
-        if whole:
-            out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs),
-                                               context=context)
-        else:
-            if not args.quiet:
-                print(f"going on from {journal.path}: {journal.documents_done} of {len(docs)} documents translated "
-                      "before the stop" if journal.done else f"finished chunks of documents go to {journal.path}: "
-                      "if this run is stopped, the same command goes on from them", file=sys.stderr)
-            try:
-                out, report = translate_journalled(translator, cfg.decode, docs, journal, context=context,
-                                                   progress=not args.quiet, origin=",".join(inputs),
-                                                   scores=args.print_scores)
-            except KeyboardInterrupt:
-                print(f"docnmt: {journal.documents_done} of {len(docs)} documents kept in {journal.path}: the same "
-                      "command goes on from them", file=sys.stderr)
-                raise
-        write_output(args.output, lambda target: write_translations(
-            translator, out, target, args.output_format, cfg.decode.nbest, args.print_scores, scored=not whole))
+        report, journal = translate_documents(args, translator, cfg, inputs, context)
     if not args.quiet:
         print(report.summary(), file=sys.stderr)
     if args.report:
@@ -126,6 +102,41 @@ def cmd_translate(args) -> int:
     if journal is not None:
         journal.remove()            # the output and report are written: nothing left to take up
     return 0
+
+
+def translate_documents(args, translator, cfg, inputs: list[str], context: dict | None):
+    """The input read as documents, translated (in journalled chunks where the output is a file,
+    :mod:`docnmt.journal`) and written; returns the coverage report and the journal (removed by the
+    caller once the report is written too) or None."""
+    from .. import methods
+    from ..journal import chunks, translate_journalled
+    from ..limits import check_translation
+    from ..readers import read_inputs
+    from ..translate_io import write_translations
+    docs = read_inputs(inputs, args.format)
+    check_translation(translator, docs, cfg.decode, inputs, args.format)   # sizes, before any decoding
+    journal = open_journal(args, translator, cfg, inputs, len(docs)) if args.output and inputs != ["-"] else None
+    whole = journal is None or len(chunks(docs)) < 2 \
+        or not methods.decode_walk(translator.cfg, cfg.decode).documents_apart
+    if whole:
+        out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs),
+                                           context=context)
+    else:
+        if not args.quiet:
+            print(f"going on from {journal.path}: {journal.documents_done} of {len(docs)} documents translated "
+                  "before the stop" if journal.done else f"finished chunks of documents go to {journal.path}: "
+                  "if this run is stopped, the same command goes on from them", file=sys.stderr)
+        try:
+            out, report = translate_journalled(translator, cfg.decode, docs, journal, context=context,
+                                               progress=not args.quiet, origin=",".join(inputs),
+                                               scores=args.print_scores)
+        except KeyboardInterrupt:
+            print(f"docnmt: {journal.documents_done} of {len(docs)} documents kept in {journal.path}: the same "
+                  "command goes on from them", file=sys.stderr)
+            raise
+    write_output(args.output, lambda target: write_translations(
+        translator, out, target, args.output_format, cfg.decode.nbest, args.print_scores, scored=not whole))
+    return report, journal
 
 
 def open_journal(args, translator, cfg, inputs, documents: int):
