@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -157,19 +156,14 @@ def open_journal(args, translator, cfg, inputs, documents: int):
 
 
 def write_output(path: str | None, write) -> None:
-    """``write(target)`` to standard output, or to ``path`` through a temporary file beside it
-    renamed at the end (a file that is not regular, /dev/null or a pipe, is written directly):
-    a run stopped while writing leaves no half-written output."""
-    if not path or (Path(path).exists() and not Path(path).is_file()):
-        write(path or sys.stdout)
-        return
-    real = Path(path).resolve()             # (through a link: the file it names)
-    tmp = real.with_name(f"{real.name}.tmp{os.getpid()}")
-    try:
-        write(str(tmp))
-        os.replace(tmp, real)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """``write(target)`` to standard output, or to ``path`` through a temporary file renamed over it
+    (``checkpoint.atomic_write``; through a link, the file it names): a run stopped while writing
+    leaves no half-written output."""
+    from ..checkpoint import atomic_write
+    if path:
+        atomic_write(Path(path).resolve(), write)
+    else:
+        write(sys.stdout)
 
 
 def read_context(src: str | None, tgt: str | None) -> dict | None:
