@@ -158,12 +158,12 @@ def open_journal(args, translator, cfg, inputs, documents: int):
 def write_output(path: str | None, write) -> None:
     """``write(target)`` to standard output, or to ``path`` through a temporary file renamed over it
     (``checkpoint.atomic_write``; through a link, the file it names): a run stopped while writing
-    leaves no half-written output."""
+    leaves no half-written output. A file that is not regular (/dev/null, a pipe) is written directly."""
     from ..checkpoint import atomic_write
-    if path:
+    if path and (Path(path).is_file() or not Path(path).exists()):
         atomic_write(Path(path).resolve(), write)
     else:
-        write(sys.stdout)
+        write(path or sys.stdout)
 
 
 def read_context(src: str | None, tgt: str | None) -> dict | None:
