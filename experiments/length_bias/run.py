@@ -78,6 +78,7 @@ def settings() -> list[tuple[int, bool]]:
 
 
 def main() -> None:
+    from docnmt.journal import journal_path
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--name", required=True, help="the run's name in the results")
@@ -110,6 +111,8 @@ def main() -> None:
         hyp, report, scores = (work / f"{args.name}.{name}.{ext}" for ext in ("fr", "coverage.json", "bleu.json"))
         timing = work / f"{args.name}.{name}.seconds"
         if not (hyp.exists() and report.exists() and timing.exists()):      # a finished decode is kept
+            # a stopped decode's journal would let translate go on and the time cover only the rest
+            journal_path(hyp).unlink(missing_ok=True)
             start = time.time()
             docnmt("translate", args.model, "-i", src, "-o", hyp, "--report", report, "--force",
                    "--max-instance-tokens", budget, "--sliding" if sliding else "--no-sliding", *DECODE)

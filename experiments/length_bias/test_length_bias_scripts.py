@@ -92,3 +92,33 @@ def test_document_lengths_count_each_documents_word_pieces(tmp_path):
     first, second = len(sp.encode("the bill")) + len(sp.encode("the member said")), len(sp.encode("read"))
     assert docs == [{"sentences": 2, "word_pieces": first, "with_sentence_ends": first + 2},
                     {"sentences": 1, "word_pieces": second, "with_sentence_ends": second + 1}]
+
+
+def test_a_timed_decode_starts_from_scratch_not_from_a_stopped_decodes_journal(tmp_path, monkeypatch):
+    """translate goes on from FILE.partial.jsonl after a stop; the seconds run.py keeps must cover
+    the whole decode, so a left-over journal is deleted before the timed command."""
+    from docnmt.journal import journal_path
+    work, results = tmp_path / "work", tmp_path / "results"
+    work.mkdir()
+    for lang in ("en", "fr"):
+        (work / f"valid3x300+300.{lang}").write_text("<d>\na\n", encoding="utf-8")
+    stale = journal_path(work / "m.512.fr")
+    stale.write_text("{}\n", encoding="utf-8")
+    seen = {}
+
+    def fake_docnmt(*argv):
+        argv = [str(a) for a in argv]
+        if argv[0] == "translate":
+            out = Path(argv[argv.index("-o") + 1])
+            seen[out.name] = journal_path(out).exists()
+            out.write_text("a\n", encoding="utf-8")
+            Path(argv[argv.index("--report") + 1]).write_text("{}", encoding="utf-8")
+        else:
+            Path(argv[argv.index("--json") + 1]).write_text("{}", encoding="utf-8")
+
+    monkeypatch.setattr(run, "docnmt", fake_docnmt)
+    monkeypatch.setattr(sys, "argv", ["run.py", "--model", str(tmp_path / "model"), "--name", "m",
+                                      "--work", str(work), "--results", str(results), "--keys", "512"])
+    run.main()
+    assert seen == {"m.512.fr": False}
+    assert "512" in json.loads((results / "m.json").read_text())
