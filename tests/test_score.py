@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -254,3 +255,48 @@ def test_score_refuses_a_kept_format_file_in_one_line(cli_error, tiny_model, tmp
     line = cli_error("score", tiny_model("sent2sent"), "--src", tmp_path / "talk.srt",
                      "--ref", tmp_path / "talk.de.srt")
     assert "talk.srt" in line and "srt" in line and "--output-format jsonl" in line
+
+
+@pytest.mark.parametrize("verb", ["score", "score-contrastive"])
+def test_a_write_that_fails_halfway_leaves_the_old_output_whole(verb, tiny_dir, tiny_model, cli_error, tmp_path,
+                                                                 monkeypatch):
+    """The output (score's -o, score-contrastive's --json and --scores) goes to a temporary file
+    renamed over the old one: a disk that fills halfway through the write leaves the old file as it
+    was, no half-written one that a rerun without --force would refuse, and one error line."""
+    import builtins
+    import io
+    model, raw = tiny_model("sent2sent"), tiny_dir / "raw"
+    if verb == "score":
+        outs = [tmp_path / "s.tsv"]
+        argv = ["score", model, "--src", raw / "chat.en", "--ref", raw / "chat.de", "-o", outs[0], "--force", "-q"]
+    else:
+        suite = tmp_path / "suite.json"
+        suite.write_text(json.dumps([{"src": "Hi . _eos Hello .", "dst": ["Hallo . _eos Hallo .",
+                                                                          "Hallo . _eos Tschüss ."],
+                                      "true_ind": 0, "ctx_dist": 1}]), encoding="utf-8")
+        outs = [tmp_path / "r.json", tmp_path / "r.jsonl"]
+        argv = ["score-contrastive", model, suite, "--json", outs[0], "--scores", outs[1], "--force", "-q"]
+    for out in outs:
+        out.write_text("the old output\n", encoding="utf-8")
+    real_open = builtins.open
+
+    class FullDisk(io.TextIOWrapper):
+        def write(self, text):
+            super().write(text[: len(text) // 2])
+            self.flush()
+            raise OSError(28, "No space left on device")
+
+    def full_open(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        if "w" in mode and "b" not in mode and Path(file).parent == tmp_path:
+            return FullDisk(f.detach(), encoding="utf-8")
+        return f
+
+    monkeypatch.setattr(builtins, "open", full_open)
+    monkeypatch.setattr(io, "open", full_open)       # Path.write_text's
+    line = cli_error(*argv)
+    monkeypatch.undo()
+    assert "No space left on device" in line and str(outs[0].name) in line
+    for out in outs:
+        assert out.read_text(encoding="utf-8") == "the old output\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

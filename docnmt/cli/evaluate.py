@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from ..errors import DocnmtError
-from .files import model_files, refuse_inputs, refuse_overwrite, refuse_unwritable
+from .files import model_files, refuse_inputs, refuse_overwrite, refuse_unwritable, write_output, write_text_output
 from .flags import Alias, add_verb, positive_int, typed_name
 
 SUITE_FORMATS = ["auto", "voita", "bawden", "scat", "contrapro"]
@@ -58,7 +58,7 @@ def cmd_evaluate(args) -> int:
                             by_length=args.by_length, plot=args.plot, tcp=args.tcp, tcp_tokenized=args.tcp_tokenized,
                             comet_model=args.comet_model)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+        write_text_output(args.json, json.dumps(result, indent=1))
     return 0
 
 
@@ -168,9 +168,9 @@ def cmd_score_contrastive(args) -> int:
         report["against"] = {"scores": args.against, **paired_test(baseline, right_answers(examples, scores))}
         print(against_line(report["against"], args.against))
     if args.scores:
-        write_scores(args.scores, examples, scores)
+        write_output(args.scores, lambda target: write_scores(target, examples, scores))
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1, ensure_ascii=False))
+        write_text_output(args.json, json.dumps(report, indent=1, ensure_ascii=False))
     if args.plot:
         plot_suite(report, Path(args.model).name, args.plot)
     return 0
@@ -219,7 +219,7 @@ def cmd_entropy(args) -> int:
     res = attention_entropy(translator, docs, progress=not args.quiet)
     print(entropy_table(res))
     if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
+        write_text_output(args.json, json.dumps(res, indent=1))
     return 0
 
 

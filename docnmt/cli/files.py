@@ -4,6 +4,7 @@ when a file could not be written."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from ..errors import DocnmtError
@@ -54,3 +55,20 @@ def refuse_inputs(outputs, inputs) -> None:
         for i in ins:
             if o == i or i in o.parents:
                 raise DocnmtError(f"{out} is an input of this command ({i}); write the output elsewhere")
+
+
+def write_output(path: str | None, write) -> None:
+    """``write(target)`` to standard output, or to ``path`` through a temporary file renamed over it
+    (``checkpoint.atomic_write``; through a link, the file it names): a run stopped while writing
+    leaves no half-written output. A file that is not regular (/dev/null, a pipe) is written directly."""
+    from ..checkpoint import atomic_write
+    if path and (Path(path).is_file() or not Path(path).exists()):
+        atomic_write(Path(path).resolve(), write)
+    else:
+        write(path or sys.stdout)
+
+
+def write_text_output(path: str | None, text: str) -> None:
+    """``text`` to standard output, or to ``path`` as :func:`write_output` writes it."""
+    write_output(path, lambda target: Path(target).write_text(text, encoding="utf-8") if isinstance(target, str)
+                 else target.write(text))

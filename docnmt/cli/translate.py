@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import DataError, DocnmtError
-from .files import model_files, refuse_inputs, refuse_overwrite, refuse_unwritable
+from .files import model_files, refuse_inputs, refuse_overwrite, refuse_unwritable, write_output, write_text_output
 from .flags import DECODE_ALIASES, FORMAT_HELP, Alias, add_flags, add_verb, collect_overrides, decode_flags, flag_labels
 from .kept import KEPT_HELP, add_kept_flags, read_kept_input, translate_kept
 
@@ -155,17 +155,6 @@ def open_journal(args, translator, cfg, inputs, documents: int):
     return Journal.open(args.output, fingerprint(parts), documents, args.force)
 
 
-def write_output(path: str | None, write) -> None:
-    """``write(target)`` to standard output, or to ``path`` through a temporary file renamed over it
-    (``checkpoint.atomic_write``; through a link, the file it names): a run stopped while writing
-    leaves no half-written output. A file that is not regular (/dev/null, a pipe) is written directly."""
-    from ..checkpoint import atomic_write
-    if path and (Path(path).is_file() or not Path(path).exists()):
-        atomic_write(Path(path).resolve(), write)
-    else:
-        write(path or sys.stdout)
-
-
 def read_context(src: str | None, tgt: str | None) -> dict | None:
     """``--context-src`` and ``--context-tgt`` as a context (:mod:`docnmt.forced_context`), or None."""
     from ..forced_context import check_context
@@ -247,10 +236,7 @@ def cmd_score(args) -> int:
         translator.model = model_for(translator, argparse.Namespace(precision="int8"))
     scores, words = reference_scores(translator, src, cxmi=args.cxmi, progress=not args.quiet, origin=args.ref)
     text = format_scores(src, scores, words, args.output_format)
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    write_text_output(args.output, text)
     if not args.quiet:
         print(score_summary(scores, words), file=sys.stderr)
     return 0
