@@ -1,5 +1,5 @@
-"""Split-pair training (docs/methods/split_pairs.md): the cut rule (the source's middle word
-boundary, the target's proportional one), the halves added as two-sentence documents of their own
+"""Split-pair training (docs/methods/split_pairs.md): the cut rules (the source's middle word
+boundary; the target's proportional one, or the one the fewest anchor links cross), the halves added as two-sentence documents of their own
 only when asked and drawn anew each epoch, refused without context, and one update of every
 document method with it on. Each test fails with the aid switched off."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from docnmt import methods
 from docnmt.config import Config
 from docnmt.data import build_instances
 from docnmt.errors import ConfigError
-from docnmt.methods.split_pairs import split_pair, word_starts
+from docnmt.methods.split_pairs import anchor_pieces, split_pair, word_starts
 
 TINY = {"model.d_model": 32, "model.heads": 2, "model.ffn_dim": 64}
 OPENS = np.arange(10) < 5              # ids 0-4 open a word, 5-9 continue one
@@ -32,6 +32,58 @@ def test_the_source_is_cut_at_its_middle_word_boundary_the_target_at_the_proport
     assert split_pair(np.array([5, 1, 2, 6, 3, 4]), np.array([1, 2, 3, 4]), np.ones(10, bool), runs_on) == (3, 2)
 
 
+def test_the_anchored_rule_cuts_the_target_where_the_fewest_anchor_links_cross():
+    """Ids 0-4 open a word; anchors: 0 (found once on each side) and 1 (twice in the target: not a
+    link). The source is cut at 4 of 8, so the anchor 0 at source position 1 is before the cut."""
+    anchors = np.zeros(10, dtype=bool)
+    anchors[[0, 1]] = True
+    src = np.array([2, 0, 3, 5, 4, 2, 3, 4])            # words start at 1, 2, 4, 5, 6, 7: cut at 4
+    tgt = np.array([2, 3, 4, 2, 3, 0, 2, 3, 4, 1])      # 10 · 4/8 = 5, but 0 sits at 5 of the target
+    assert split_pair(src, tgt, OPENS, RUNS_ON) == (4, 5)                   # middle: the proportional one
+    assert split_pair(src, tgt, OPENS, RUNS_ON, anchors) == (4, 6)          # anchored: 0 on the first side
+    # no links (the anchor once in the source only; 1 twice in the target): the proportional cut
+    assert split_pair(src, np.array([2, 3, 4, 2, 3, 1, 2, 3, 4, 1]), OPENS, RUNS_ON, anchors) == (4, 5)
+    # links in swapped order (0 before the source cut, 1 after it; in the target 1 at 4, 0 at 5): every
+    # cut crosses one, cuts 1-4 and 6-9 only one (5 crosses both); of those, 4 and 6 are nearest 5
+    src2 = np.array([0, 2, 3, 4, 2, 3, 1, 4])
+    tgt2 = np.array([2, 3, 4, 2, 1, 0, 2, 3, 4, 3])
+    assert split_pair(src2, tgt2, OPENS, RUNS_ON, anchors) == (4, 4)        # the earlier of two as near
+    assert split_pair(src2, tgt2, OPENS, RUNS_ON) == (4, 5)
+    assert split_pair(src, np.array([1, 5]), OPENS, RUNS_ON, anchors) == (0, 0)   # one target word
+
+
+def test_anchored_cuts_cross_no_more_links_than_proportional_ones_and_the_rule_is_checked(tiny_corpus, tiny_vocab):
+    from docnmt.methods.split_pairs import split_corpus
+    v, corpus = tiny_vocab, tiny_corpus
+    anchors = anchor_pieces(v)
+
+    def crossed(s, t, j, k):
+        once = [x for x in set(s.tolist()) & set(t.tolist()) if anchors[x] and (s == x).sum() == 1 == (t == x).sum()]
+        return sum((np.flatnonzero(s == x)[0] < j) != (np.flatnonzero(t == x)[0] < k) for x in once)
+    opens, joins = word_starts(v)
+    moved = 0
+    for i in range(corpus.n_sents):
+        s, t = corpus.src[i], corpus.tgt[i]
+        j, k = split_pair(s, t, opens, joins)
+        ja, ka = split_pair(s, t, opens, joins, anchors)
+        assert ja == j and crossed(s, t, ja, ka) <= crossed(s, t, j, k)
+        moved += ka != k
+    assert moved > 0                      # the rule changes some cuts of the tiny corpus
+    halves = split_corpus(corpus, np.arange(corpus.n_sents), v, "anchored")
+    assert halves.n_docs > 0.5 * corpus.n_sents
+    with pytest.raises(ConfigError, match="split_rule"):
+        Config.load("doc2sent_small").override({"train.split_rule": "commas"})
+
+
+def test_anchor_pieces_are_numbers_names_and_punctuation(tiny_vocab):
+    v = tiny_vocab
+    anchors = anchor_pieces(v)
+    ids = {v.piece(i): i for i in range(len(v))}
+    assert all(anchors[i] for p, i in ids.items() if any(c.isdigit() or c.isupper() for c in p))
+    assert not any(anchors[i] for p, i in ids.items() if p.strip("▁").isalpha() and p.strip("▁").islower())
+    assert any(anchors[i] for p, i in ids.items() if p.strip("▁") in (",", ".", "?"))
+
+
 def test_a_real_vocabulary_is_cut_between_words(tiny_vocab):
     v = tiny_vocab
     opens, joins = word_starts(v)
@@ -44,9 +96,10 @@ def test_a_real_vocabulary_is_cut_between_words(tiny_vocab):
     assert abs(j - len(src) / 2) <= max(np.diff(np.flatnonzero(opens[src])))    # near the middle
 
 
-def test_the_halves_join_the_training_instances_only_when_asked(tiny_corpus, tiny_vocab):
+@pytest.mark.parametrize("rule", ["middle", "anchored"])
+def test_the_halves_join_the_training_instances_only_when_asked(rule, tiny_corpus, tiny_vocab):
     v, corpus = tiny_vocab, tiny_corpus
-    cfg = Config.load("doc2sent_small").override({**TINY, "data.context": 1})
+    cfg = Config.load("doc2sent_small").override({**TINY, "data.context": 1, "train.split_rule": rule})
     rows = build_instances(corpus, cfg.data)
     assert cfg.train.split_pairs == 0.0                                      # off by default
     same, same_rows = methods.training_data(cfg, corpus, rows, v, 1)
