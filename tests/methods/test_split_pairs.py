@@ -1,7 +1,8 @@
 """Split-pair training (docs/methods/split_pairs.md): the cut rules (the source's middle word
-boundary; the target's proportional one, or the one the fewest anchor links cross), the halves added as two-sentence documents of their own
-only when asked and drawn anew each epoch, refused without context, and one update of every
-document method with it on. Each test fails with the aid switched off."""
+boundary; the target's proportional one, or the one the fewest anchor links cross), the halves
+added as two-sentence documents of their own only when asked and drawn anew each epoch, refused
+without context, and one update of every document method with it on. Each test fails with the aid
+switched off."""
 from __future__ import annotations
 
 import numpy as np
