@@ -49,10 +49,19 @@ def test_the_wrong_context_keeps_the_current_sentence(name, tiny_corpus, tiny_vo
     for sent in [*(tiny_corpus.src[i] for i in range(da, db - 1)), current]:       # the donor's context, then ours
         n = len(sent)
         assert any(words[i: i + n] == sent.tolist() for i in range(len(words) - n + 1))
-    if len(labels) > tail:            # a translated context: the donor's, as many sentences as the source's
-        bos = tiny_vocab.bos if name == "gtransformer" else None
-        if bos is not None:
-            assert (src == bos).sum() == (labels == bos).sum()
+    translated = len(labels) > tail
+    assert translated == (name != "doc2sent")      # every concatenation method but Doc2Sent reads a target context
+    if translated:            # a translated context: the donor's, not the instance's own
+        out = labels.tolist()
+
+        def holds(sent) -> bool:
+            return any(out[j: j + len(sent)] == sent.tolist() for j in range(len(out) - len(sent) + 1))
+        theirs = [tiny_corpus.tgt[i] for i in range(da, db - 1)]
+        assert all(holds(x) for x in theirs)
+        own = [tiny_corpus.tgt[i] for i in range(a, b - 1)]
+        assert not any(holds(x) for x in own if len(x) > 2 and not any(np.array_equal(x, y) for y in theirs))
+        if name == "gtransformer":
+            assert (src == tiny_vocab.bos).sum() == (labels == tiny_vocab.bos).sum()
 
 
 def tiny_model(cfg, vocab):
@@ -129,3 +138,20 @@ def test_the_three_aids_train_together(name, tiny_dir, tmp_path):
     assert tr.progress.updates == 1
     losses = [r["loss"] for r in history(tmp_path / "m") if "loss" in r]
     assert losses and all(np.isfinite(x) for x in losses)
+
+
+@pytest.mark.slow
+def test_the_trainer_adds_the_margin_to_the_loss_it_steps_on_and_logs_not_to_the_nll(tiny_dir, tmp_path):
+    """The same first update with and without the margin: the same NLL (the margin's forward comes
+    after the loss's), a loss larger by the term (logged as ``loss``; ``nll_loss`` without it),
+    and other weights after the step."""
+    runs = {}
+    for name, aid in (("off", {}), ("on", {"train.context_margin": 0.5, "train.context_margin_prob": 1.0})):
+        tr = aid_trainer("doc2doc", tiny_dir / "data", tmp_path / name, {"train.log_interval": 1, **aid})
+        tr.train()
+        row = next(r for r in history(tmp_path / name) if "loss" in r and r.get("updates") == 1)
+        runs[name] = row, [p.detach().clone() for p in tr.model.parameters()]
+    (off, w_off), (on, w_on) = runs["off"], runs["on"]
+    assert on["nll_loss"] == pytest.approx(off["nll_loss"], rel=1e-6)
+    assert on["loss"] > off["loss"] + 1e-4
+    assert any(not torch.equal(a, b) for a, b in zip(w_off, w_on))
