@@ -61,6 +61,7 @@ REFERENCE = {"transformer": "doc2doc_small", "gtransformer": "g_transformer_smal
 INIT_FROM = {"context_transformer_small": "sent2sent_small", "context_transformer_base": "transformer_base",
              "docflat_small": "sent2sent_small", "docflat_base": "transformer_base",
              "g_transformer_finetune_small": "g_transformer_sent_small",
+             "g_transformer_finetune_docnmt_small": "sent2sent_small",
              "g_transformer_finetune_base": "g_transformer_sent_base",
              "g_transformer_mbart": "hf:mbart", "g_transformer_opus_mt": "hf:marian"}
 
