@@ -168,3 +168,20 @@ class Walk:
     def run(self, translator, docs, corpus, rounds, search, decode) -> None:
         for rows, new_from in rounds:
             decode(rows, new_from)
+
+
+def has_context(data) -> bool:
+    """Whether the instances of a ``data:`` section carry context: a context input, or a document
+    mode whose instances hold more than one sentence (``doc2sent`` and ``pseudodoc`` with
+    ``data.context`` above 0; ``doc2doc`` and ``mr`` always)."""
+    if data.context_input > 0 or data.mode in ("doc2doc", "mr"):
+        return True
+    return data.mode in ("doc2sent", "pseudodoc") and data.context > 0
+
+
+def require_context(on: bool, data, flag: str, why: str) -> None:
+    """A training aid's one-line refusal of a model whose instances carry no context (the aids'
+    ``check``): ``flag`` is on but the instances of ``data`` carry none; ``why`` ends the message."""
+    from ..errors import ConfigError
+    if on and not has_context(data):
+        raise ConfigError(f"{flag} needs a document method (a document mode with context, or --context-input): {why}")

@@ -22,8 +22,7 @@ import torch
 from .. import ranges
 from ..data import pad_batch
 from ..model import rows_apart
-from .base import Extension, Setting
-from .split_pairs import require_context
+from .base import Extension, Setting, require_context
 
 TRIES = 8        # donor draws per instance before it is left out of the margin
 

@@ -17,8 +17,7 @@ import numpy as np
 import torch
 
 from .. import ranges
-from .base import Extension, Setting
-from .split_pairs import require_context
+from .base import Extension, Setting, require_context
 
 
 def current_sentence(tokens: torch.Tensor, joiner) -> torch.Tensor:

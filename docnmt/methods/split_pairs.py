@@ -23,8 +23,7 @@ import numpy as np
 from .. import ranges
 from ..data import Corpus, Side, build_instances
 from ..data.instances import train_documents
-from ..errors import ConfigError
-from .base import Extension, Setting
+from .base import Extension, Setting, require_context
 
 
 def word_starts(vocab) -> tuple[np.ndarray, np.ndarray]:
@@ -139,18 +138,6 @@ def with_split_pairs(corpus: Corpus, rows: np.ndarray, data, vocab, rate: float,
     plain = replace(data, mix_sentences=False, min_train_doc_sents=0, max_train_sent_tokens=0)
     more = build_instances(extra, plain, training=True, epoch=epoch, seed=seed) + corpus.n_sents
     return joined(corpus, extra), np.concatenate([rows, more])
-
-
-def has_context(data) -> bool:
-    """Whether the instances of a ``data:`` section carry context (concatenated or a context input)."""
-    return data.mode != "sent2sent" or data.context_input > 0
-
-
-def require_context(on: bool, data, flag: str, why: str) -> None:
-    """A training aid's one-line refusal of a sentence-level model (the aids' ``check``): ``flag`` is
-    on but the instances of ``data`` carry no context; ``why`` ends the message."""
-    if on and not has_context(data):
-        raise ConfigError(f"{flag} needs a document method (a document mode or --context-input): {why}")
 
 
 def _check(cfg) -> None:

@@ -135,6 +135,12 @@ def test_every_aid_refuses_a_sentence_level_model_in_one_line(flag, value, tiny_
     with pytest.raises(ConfigError, match=f"{flag} needs a document method"):
         methods.check(Config.load("transformer_small").override({f"train.{flag[2:].replace('-', '_')}": 0.3}))
     assert not (tmp_path / "m").exists()
+    key = f"train.{flag[2:].replace('-', '_')}"
+    for preset in ("doc2sent_small", "docflat_small"):       # a document mode with no context sentence
+        with pytest.raises(ConfigError, match=f"{flag} needs a document method"):
+            methods.check(Config.load(preset).override({key: 0.3, "data.context": 0}))
+        methods.check(Config.load(preset).override({key: 0.3, "data.context": 1}))
+    methods.check(Config.load("doc2doc_small").override({key: 0.3, "data.context": 0}))    # whole documents
 
 
 @pytest.mark.slow
