@@ -39,11 +39,14 @@ class Corpus:
     """An encoded document-level corpus (see module docstring). ``tgt`` may be ``None``."""
 
     def __init__(self, src: Side, tgt: Side | None, doc_offsets: np.ndarray, docids: list[str],
-                 sentence_level: np.ndarray | None = None):
+                 sentence_level: np.ndarray | None = None, generated: np.ndarray | None = None):
         self.src, self.tgt, self.doc_offsets, self.docids = src, tgt, doc_offsets, docids
         # documents that come from a sentence-level corpus (single sentences, no real context)
         self.sentence_level = (np.zeros(len(docids), dtype=bool) if sentence_level is None
                                else np.asarray(sentence_level, dtype=bool))
+        # documents a training extension made (split pairs' halves), not read from the data
+        self.generated = (np.zeros(len(docids), dtype=bool) if generated is None
+                          else np.asarray(generated, dtype=bool))
 
     @property
     def n_docs(self) -> int:

@@ -36,10 +36,19 @@ def with_context(instances, ks: np.ndarray) -> np.ndarray:
 
 
 def draw_donors(instances, ks: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """For each instance of ``ks`` a donor: an instance with context from another document (the
-    first of ``TRIES`` uniform draws that is one); and whether one was found."""
-    cand = rng.integers(0, len(instances), (len(ks), TRIES))
+    """For each instance of ``ks`` a donor: an instance with context from another document of the
+    same kind, read from the data or made by a training extension (a split pair's halves get
+    another split pair's first half, not a long document's context, which would make the wrong
+    rows many times longer than the batch); the first of ``TRIES`` uniform draws among that kind's
+    instances that is one; and whether one was found. (Of one kind, the draws are those of all
+    instances.)"""
     doc = instances.corpus.doc_of(instances.rows[:, 0])
+    kind = instances.corpus.generated[doc]
+    cand = np.empty((len(ks), TRIES), dtype=np.int64)
+    for value in np.unique(kind[ks]):
+        pool, mine = np.flatnonzero(kind == value), kind[ks] == value
+        draws = rng.integers(0, len(pool), (int(mine.sum()), TRIES))
+        cand[mine] = draws if len(pool) == len(kind) else pool[draws]
     ok = with_context(instances, cand.ravel()).reshape(cand.shape) & (doc[cand] != doc[ks][:, None])
     return cand[np.arange(len(ks)), ok.argmax(1)], ok.any(1)
 

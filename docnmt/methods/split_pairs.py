@@ -113,7 +113,7 @@ def split_corpus(corpus: Corpus, sents: np.ndarray, vocab, rule: str = "middle")
             tgt += [t[:k], t[k:]]
     n = len(src) // 2
     return Corpus(Side.from_lists(src), Side.from_lists(tgt), np.arange(0, 2 * n + 1, 2, dtype=np.int64),
-                  [f"split-pair-{d}" for d in range(n)])
+                  [f"split-pair-{d}" for d in range(n)], generated=np.ones(n, dtype=bool))
 
 
 def joined(a: Corpus, b: Corpus) -> Corpus:
@@ -122,7 +122,7 @@ def joined(a: Corpus, b: Corpus) -> Corpus:
         return Side(np.concatenate([x.tokens, y.tokens]), np.concatenate([x.offsets, y.offsets[1:] + len(x.tokens)]))
     return Corpus(side(a.src, b.src), side(a.tgt, b.tgt),
                   np.concatenate([a.doc_offsets, b.doc_offsets[1:] + a.n_sents]), [*a.docids, *b.docids],
-                  np.concatenate([a.sentence_level, b.sentence_level]))
+                  np.concatenate([a.sentence_level, b.sentence_level]), np.concatenate([a.generated, b.generated]))
 
 
 def with_split_pairs(corpus: Corpus, rows: np.ndarray, data, vocab, rate: float, epoch: int,

@@ -155,3 +155,24 @@ def test_the_trainer_adds_the_margin_to_the_loss_it_steps_on_and_logs_not_to_the
     assert on["nll_loss"] == pytest.approx(off["nll_loss"], rel=1e-6)
     assert on["loss"] > off["loss"] + 1e-4
     assert any(not torch.equal(a, b) for a, b in zip(w_off, w_on))
+
+
+def test_split_pair_instances_get_split_pair_donors_and_the_data_keeps_its_draws(tiny_corpus, tiny_vocab):
+    """With split pairs on, a split pair's donor is another split pair (a long document's context
+    would make the wrong rows many times longer than the batch: 18 GB at Tier M-fr), a document's
+    a document; without them, the draws are those of all instances, as before there were kinds."""
+    from docnmt.methods.context_margin import TRIES, draw_donors
+    cfg, inst = instances_of("gtransformer", tiny_corpus, tiny_vocab)
+    ks = np.flatnonzero(with_context(inst, np.arange(len(inst))))
+    donors, found = draw_donors(inst, ks, np.random.default_rng(3))
+    cand = np.random.default_rng(3).integers(0, len(inst), (len(ks), TRIES))
+    assert found.all() and all(d in row for d, row in zip(donors, cand))       # the old draws
+    corpus, rows = methods.training_data(cfg.override({"train.split_pairs": 0.5}), tiny_corpus, inst.rows,
+                                         tiny_vocab, 1)
+    both = InstanceSet(corpus, rows, inst.joiner)
+    made = corpus.generated[corpus.doc_of(both.rows[:, 0])]
+    assert made.any() and not made.all()
+    ks = np.flatnonzero(with_context(both, np.arange(len(both))))
+    donors, found = draw_donors(both, ks, np.random.default_rng(3))
+    assert found[made[ks]].all() and found[~made[ks]].mean() > 0.9
+    assert np.array_equal(made[donors[found]], made[ks[found]])
