@@ -8,6 +8,12 @@ journal; the same command again translates only the chunks it does not hold, and
 output and report the uninterrupted run would have written (with ``--force`` too: the same
 command always goes on; deleting the journal starts again).
 
+``docnmt score -o FILE`` keeps the same kind of journal: each finished chunk's reference scores
+(and with ``--cxmi`` its scores alone), so a stopped scoring goes on where it stopped and writes
+what the uninterrupted one writes. A chunk's documents are batched apart from the others', so a
+score written to a file may differ in its last digits from the same score written to stdout
+(scored whole); the same command always writes the same file.
+
 The journal's first line holds a fingerprint of what decides the translations (the model's files,
 the input files, the decoding settings, the output format, the chunk size): a journal of another
 translation is refused, not mixed in (``--force`` deletes it and starts again). A last line cut
@@ -20,6 +26,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from .document import Document
@@ -84,21 +92,24 @@ def report_from(state: dict) -> CoverageReport:
 
 
 class Journal:
-    """The journal of one translation into ``output``: ``done`` maps a chunk's first document to
-    its ``(documents, report)`` as journalled; :meth:`add` appends a chunk, :meth:`remove` ends it."""
+    """The journal of one translation (or, ``kind="scoring"``, one ``docnmt score``) into
+    ``output``: ``done`` maps a chunk's first document to its entry as journalled (a translation's:
+    ``docs`` and ``report``; a scoring's: ``scores`` and ``words``); :meth:`add` appends a
+    translated chunk, :meth:`append` any chunk, :meth:`remove` ends it."""
 
-    def __init__(self, output: str | Path, fp: str, documents: int):
-        self.path, self.fp, self.documents = journal_path(output), fp, documents
-        self.done: dict[int, tuple[list[dict], dict]] = {}
+    def __init__(self, output: str | Path, fp: str, documents: int, kind: str = "translation"):
+        self.path, self.fp, self.documents, self.kind = journal_path(output), fp, documents, kind
+        self.done: dict[int, dict] = {}
         self.added = 0           # documents this run has journalled
         self.fh = None
 
     @classmethod
-    def open(cls, output: str | Path, fp: str, documents: int, force: bool) -> "Journal":
+    def open(cls, output: str | Path, fp: str, documents: int, force: bool,
+             kind: str = "translation") -> "Journal":
         """The journal for a run into ``output``: an interrupted run's is taken up when it holds this
         translation (the same fingerprint; with ``force`` too, so that the same command always goes
         on), and refused when it holds another or is damaged, unless ``force`` (then deleted)."""
-        out = cls(output, fp, documents)
+        out = cls(output, fp, documents, kind)
         if not out.path.exists():
             return out
         try:
@@ -107,35 +118,41 @@ class Journal:
             if not force:
                 raise
             header, entries = {}, []
-        if header.get("fingerprint") == fp and header.get("version") == VERSION:
-            out.done = {e["first"]: (e["docs"], e["report"]) for e in entries}
+        if header.get("fingerprint") == fp and header.get("version") == VERSION \
+                and header.get("kind", "translation") == kind:
+            out.done = {e["first"]: e for e in entries}
             return out
         if not force:
-            raise DocnmtError(f"{out.path}: the journal of another translation into {output} (another model, input, "
-                              "decoding settings or output format); give that command again to go on, or add "
-                              "--force to start again")
+            what = ("another model, input, decoding settings or output format" if kind == "translation" else
+                    "another model, source, reference or --cxmi")
+            raise DocnmtError(f"{out.path}: the journal of another {header.get('kind', 'translation')} into {output} "
+                              f"({what}); give that command again to go on, or add --force to start again")
         out.path.unlink()
         return out
 
     @property
     def documents_done(self) -> int:
         """Documents the journal holds: from the stopped run and from this one."""
-        return sum(len(docs) for docs, _ in self.done.values()) + self.added
+        return sum(len(e["docs"] if "docs" in e else e["scores"]) for e in self.done.values()) + self.added
 
     def add(self, first: int, docs: list[Document], report: CoverageReport) -> None:
-        """Append one finished chunk (documents from ``first``), flushed and synced to disk."""
+        """Append one translated chunk (documents from ``first``), flushed and synced to disk."""
+        self.append(first, len(docs), {"docs": [{"tgt": d.tgt, "meta": d.meta} for d in docs],
+                                       "report": report_state(report)})
+
+    def append(self, first: int, documents: int, entry: dict) -> None:
+        """Append one finished chunk of ``documents`` documents from ``first``, flushed and synced."""
         if self.fh is None:
             new = not self.path.exists()
             try:
                 self.fh = self.path.open("a", encoding="utf-8", newline="\n")
                 if new:
                     self._write({"docnmt_journal": VERSION, "version": VERSION, "fingerprint": self.fp,
-                                 "documents": self.documents})
+                                 "documents": self.documents, "kind": self.kind})
             except OSError as e:
                 raise DataError(f"cannot write the journal: {e.strerror or e}", str(self.path)) from None
-        self._write({"first": first, "docs": [{"tgt": d.tgt, "meta": d.meta} for d in docs],
-                     "report": report_state(report)})
-        self.added += len(docs)
+        self._write({"first": first, **entry})
+        self.added += documents
 
     def _write(self, obj: dict) -> None:
         try:
@@ -144,6 +161,21 @@ class Journal:
             os.fsync(self.fh.fileno())
         except OSError as e:
             raise DataError(f"cannot write the journal: {e.strerror or e}", str(self.path)) from None
+
+    @contextmanager
+    def said(self, documents: int, done: str, quiet: bool):
+        """A run on this journal, said on stderr: where its chunks go (or how many of the ``documents``
+        were ``done`` before the stop), and on Ctrl-C how many it keeps."""
+        if not quiet:
+            print(f"going on from {self.path}: {self.documents_done} of {documents} documents {done} before the stop"
+                  if self.done else f"finished chunks of documents go to {self.path}: if this run is stopped, the "
+                  "same command goes on from them", file=sys.stderr)
+        try:
+            yield
+        except KeyboardInterrupt:
+            print(f"docnmt: {self.documents_done} of {documents} documents kept in {self.path}: the same command "
+                  "goes on from them", file=sys.stderr)
+            raise
 
     def close(self) -> None:
         if self.fh is not None:
@@ -172,7 +204,7 @@ def read_journal(path: Path) -> tuple[dict, list[dict]]:
             else:
                 entries.append(obj)
     if not header.get("docnmt_journal"):
-        raise DocnmtError(f"{path}: not a docnmt translation journal; remove it or add --force to start again")
+        raise DocnmtError(f"{path}: not a docnmt journal; remove it or add --force to start again")
     return header, entries
 
 
@@ -193,7 +225,7 @@ def translate_journalled(translator, search, docs: list[Document], journal: Jour
     for part in parts:
         sub = [docs[k] for k in part]
         if part.start in held:
-            kept, state = held[part.start]
+            kept, state = held[part.start]["docs"], held[part.start]["report"]
             if len(kept) != len(sub):
                 raise DocnmtError(f"{journal.path}: its chunk at document {part.start + 1} holds {len(kept)} "
                                   f"documents, the input {len(sub)}; add --force to start again")
@@ -212,3 +244,32 @@ def translate_journalled(translator, search, docs: list[Document], journal: Jour
         out.extend(done)
     bar.close()
     return out, total
+
+
+def score_journalled(translator, docs: list[Document], journal: Journal, *, cxmi: bool = False,
+                     progress: bool = False, origin: str = "reference", size: int | None = None):
+    """``docnmt score``'s ``(scores, words)`` (:func:`~docnmt.translate_io.reference_scores`)
+    chunk by chunk (:func:`chunks`), each finished chunk added to ``journal`` and the chunks it
+    already holds taken from it; ``words`` (with ``cxmi``) totalled over the whole input."""
+    from .progress_log import progress_bar
+    from .scoring import usage_totals
+    from .translate_io import reference_scores
+    parts = chunks(docs, size)
+    todo = sum(len(docs[k].src) for part in parts if part.start not in journal.done for k in part)
+    bar = progress_bar(total=todo, desc="score", unit="sent", disable=not progress, leave=False)
+    scores, per_doc = [], []
+    for part in parts:
+        entry = journal.done.get(part.start)
+        if entry is None:
+            got, words = reference_scores(translator, [docs[k] for k in part], cxmi=cxmi, origin=origin)
+            entry = {"scores": got, "words": words["documents"] if words else None}
+            journal.append(part.start, len(part), entry)
+            bar.update(sum(len(docs[k].src) for k in part))
+        elif len(entry["scores"]) != len(part) or [len(d) for d in entry["scores"]] != \
+                [len(docs[k].src) for k in part] or (entry["words"] is None) == cxmi:
+            raise DocnmtError(f"{journal.path}: its chunk at document {part.start + 1} does not hold this input's "
+                              "sentences; add --force to start again")
+        scores += [[tuple(s) for s in doc] for doc in entry["scores"]]
+        per_doc += [[tuple(s) for s in doc] for doc in entry["words"] or []]
+    bar.close()
+    return scores, usage_totals(per_doc) if cxmi else None

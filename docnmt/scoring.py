@@ -183,8 +183,7 @@ def context_usage(translator, docs: list[Document], progress: bool = False,
         raise ValueError("in_context must hold one score per sentence of docs")
     alone_docs = [Document(f"{d.docid}#{i}", [s], [t]) for d in docs for i, (s, t) in enumerate(zip(d.src, d.tgt))]
     flat = iter(document_logprobs(translator, alone_docs, **kw))
-    per_doc, gain, tokens, better, n = [], 0.0, 0, 0, 0
-    by_pos: dict[str, list[float]] = {}
+    per_doc = []
     for d_i, d in enumerate(with_ctx):
         sents = []
         for i, (lp, k) in enumerate(d):
@@ -193,10 +192,20 @@ def context_usage(translator, docs: list[Document], progress: bool = False,
                 raise DataError(f"document {d_i + 1}, sentence {i + 1}: {k} target word pieces in context, "
                                 f"{k_alone} alone", origin)
             sents.append((lp, alone, k))
+        per_doc.append(sents)
+    return usage_totals(per_doc)
+
+
+def usage_totals(per_doc: list[list[tuple]]) -> dict:
+    """:func:`context_usage`'s totals from its per-document ``(with, alone, word pieces)`` triples
+    (``docnmt score`` adds chunks scored apart this way)."""
+    gain, tokens, better, n = 0.0, 0, 0, 0
+    by_pos: dict[str, list[float]] = {}
+    for sents in per_doc:
+        for i, (lp, alone, k) in enumerate(sents):
             gain, tokens, better, n = gain + lp - alone, tokens + k, better + (lp > alone), n + 1
             pos = by_pos.setdefault(str(i + 1) if i < 3 else "4+", [0.0, 0])
             pos[0], pos[1] = pos[0] + lp - alone, pos[1] + k
-        per_doc.append(sents)
     bits = lambda nats, k: nats / max(k, 1) / math.log(2)  # noqa: E731
     return {"cxmi_bits_per_token": bits(gain, tokens), "sentences": n, "tokens": tokens,
             "sentences_more_likely_with_context": better / max(n, 1),

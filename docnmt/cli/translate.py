@@ -121,18 +121,10 @@ def translate_documents(args, translator, cfg, inputs: list[str], context: dict 
         out, report = translator.translate(docs, cfg.decode, progress=not args.quiet, origin=",".join(inputs),
                                            context=context)
     else:
-        if not args.quiet:
-            print(f"going on from {journal.path}: {journal.documents_done} of {len(docs)} documents translated "
-                  "before the stop" if journal.done else f"finished chunks of documents go to {journal.path}: "
-                  "if this run is stopped, the same command goes on from them", file=sys.stderr)
-        try:
+        with journal.said(len(docs), "translated", args.quiet):
             out, report = translate_journalled(translator, cfg.decode, docs, journal, context=context,
                                                progress=not args.quiet, origin=",".join(inputs),
                                                scores=args.print_scores)
-        except KeyboardInterrupt:
-            print(f"docnmt: {journal.documents_done} of {len(docs)} documents kept in {journal.path}: the same "
-                  "command goes on from them", file=sys.stderr)
-            raise
     write_output(args.output, lambda target: write_translations(
         translator, out, target, args.output_format, cfg.decode.nbest, args.print_scores, scored=not whole))
     return report, journal
@@ -144,15 +136,21 @@ def open_journal(args, translator, cfg, inputs, documents: int):
     input and context files, the decoding settings and the output's format."""
     from .. import journal
     from ..journal import Journal, file_digest, fingerprint
-    model = [p for p in model_files(args.model, args.checkpoint) if p and Path(p).is_file()]
-    weights = Path(translator.weights_path)
-    parts = {"model": {str(p): file_digest(p) for p in model if Path(p).resolve() != weights.resolve()},
-             "weights": file_digest(weights, content=False),
+    parts = {**model_digests(args, translator),
              "inputs": [file_digest(p) for p in inputs],
              "context": [file_digest(p) for p in (args.context_src, args.context_tgt) if p],
              "decode": vars(cfg.decode), "format": args.format, "output_format": args.output_format,
              "print_scores": args.print_scores, "chunk": journal.CHUNK_SENTENCES}
     return Journal.open(args.output, fingerprint(parts), documents, args.force)
+
+
+def model_digests(args, translator) -> dict:
+    """A journal's fingerprint of the model: its files' SHA-256, its weights by size and time."""
+    from ..journal import file_digest
+    model = [p for p in model_files(args.model, args.checkpoint) if p and Path(p).is_file()]
+    weights = Path(translator.weights_path)
+    return {"model": {str(p): file_digest(p) for p in model if Path(p).resolve() != weights.resolve()},
+            "weights": file_digest(weights, content=False)}
 
 
 def read_context(src: str | None, tgt: str | None) -> dict | None:
@@ -196,7 +194,9 @@ def add_score(sub) -> None:
     p.add_argument("--src", "--input", "-i", dest="src", required=True, help="source documents (any input format)")
     p.add_argument("--ref", required=True, help="reference translations, in the same document structure")
     p.add_argument("--format", default="auto", help="input format: " + FORMAT_HELP)
-    p.add_argument("--output", "-o", help="output file (stdout when omitted); never overwritten without --force")
+    p.add_argument("--output", "-o", help="output file (stdout when omitted); never overwritten without --force. "
+                   "Finished chunks of documents are journalled beside it (OUTPUT.partial.jsonl) and the same "
+                   "command after a stop goes on from them")
     p.add_argument("--output-format", default="tsv", choices=["tsv", "jsonl"],
                    help="tsv: one line per sentence (document id, sentence number, log-probability, tokens, "
                         "NLL per token) and one per document (sentence '*'); jsonl: one object per document")
@@ -207,7 +207,8 @@ def add_score(sub) -> None:
                         "same fields; the summary gives the total)")
     p.add_argument("--checkpoint", help="weights to use instead of MODEL/model.safetensors")
     p.add_argument("--device", help="cpu | cuda")
-    p.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    p.add_argument("--force", action="store_true", help="overwrite --output if it exists (and delete another "
+                   "scoring's journal beside it; this scoring's goes on)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary on stderr")
     p.add_argument("--precision", default="fp32", choices=["fp32", "int8"],
                    help="int8: the model's linear layers in dynamic int8 (CPU; close to fp32, not equal)")
@@ -215,11 +216,13 @@ def add_score(sub) -> None:
 
 def cmd_score(args) -> int:
     from ..evaluation import document_counts
+    from ..journal import chunks, journal_path, score_journalled
     from ..readers import read_inputs, read_sentences
     from ..translate import Translator
     from ..translate_io import format_scores, reference_scores, score_summary
     refuse_inputs([args.output], [args.src, args.ref, *model_files(args.model, args.checkpoint)])
-    refuse_overwrite([args.output], args.force)
+    # a stopped run's output may be there (stopped after writing it): its journal says so
+    refuse_overwrite([args.output], args.force or bool(args.output) and journal_path(args.output).exists())
     refuse_unwritable([args.output])
     refuse_kept([args.src, args.ref], args.format)
     src, ref = read_inputs([args.src], args.format), read_sentences(args.ref)
@@ -234,12 +237,33 @@ def cmd_score(args) -> int:
     if args.precision == "int8":
         from ..engines.int8 import model_for
         translator.model = model_for(translator, argparse.Namespace(precision="int8"))
-    scores, words = reference_scores(translator, src, cxmi=args.cxmi, progress=not args.quiet, origin=args.ref)
+    # a journal beside the output is read (another scoring's is refused) even where one chunk needs none
+    journal = open_score_journal(args, translator, len(src)) if args.output else None
+    if journal is None or len(chunks(src)) < 2:
+        scores, words = reference_scores(translator, src, cxmi=args.cxmi, progress=not args.quiet, origin=args.ref)
+    else:
+        with journal.said(len(src), "scored", args.quiet):
+            scores, words = score_journalled(translator, src, journal, cxmi=args.cxmi, progress=not args.quiet,
+                                             origin=args.ref)
     text = format_scores(src, scores, words, args.output_format)
     write_text_output(args.output, text)
+    if journal is not None:
+        journal.remove()            # the output is written: nothing left to take up
     if not args.quiet:
         print(score_summary(scores, words), file=sys.stderr)
     return 0
+
+
+def open_score_journal(args, translator, documents: int):
+    """The journal of this scoring into ``--output`` (:mod:`docnmt.journal`), its fingerprint made
+    of what decides the scores: the model's files (the weights by size and time), the source and
+    reference files, their format, ``--cxmi`` and ``--precision``."""
+    from .. import journal
+    from ..journal import Journal, file_digest, fingerprint
+    parts = {"verb": "score", **model_digests(args, translator), "src": file_digest(args.src),
+             "ref": file_digest(args.ref), "format": args.format, "cxmi": args.cxmi, "precision": args.precision,
+             "chunk": journal.CHUNK_SENTENCES}
+    return Journal.open(args.output, fingerprint(parts), documents, args.force, kind="scoring")
 
 
 def refuse_kept(paths: list[str], fmt: str) -> None:
