@@ -124,7 +124,7 @@ class Journal:
             return out
         if not force:
             what = ("another model, input, decoding settings or output format" if kind == "translation" else
-                    "another model, source, reference or --cxmi")
+                    "another model, source, reference, --format, --cxmi or --precision")
             raise DocnmtError(f"{out.path}: the journal of another {header.get('kind', 'translation')} into {output} "
                               f"({what}); give that command again to go on, or add --force to start again")
         out.path.unlink()
@@ -174,7 +174,8 @@ class Journal:
             yield
         except KeyboardInterrupt:
             print(f"docnmt: {self.documents_done} of {documents} documents kept in {self.path}: the same command "
-                  "goes on from them", file=sys.stderr)
+                  "goes on from them" if self.documents_done else "docnmt: stopped before the first chunk of "
+                  "documents was finished: nothing kept, the same command starts again", file=sys.stderr)
             raise
 
     def close(self) -> None:

@@ -37,7 +37,7 @@ import yaml
 from _tiny import assert_incremental_equals_full, chat_documents, tiny_corpus_files
 from docnmt import methods
 from docnmt.checkpoint import WEIGHTS, save_weights
-from docnmt.config import PRESET_DIR, Config, preset_description, preset_names
+from docnmt.config import PRESET_DIR, Config, preset_description, preset_names, starts_from_another_model
 from docnmt.data import Corpus, InstanceSet, build_instances, model_inputs
 from docnmt.model import rows_apart
 from docnmt.prepare import prepare
@@ -204,6 +204,18 @@ def test_init_from_table_names_presets():
     assert set(INIT_FROM) <= set(preset_names())
     assert all(s.startswith("hf:") or s in preset_names() for s in INIT_FROM.values())
     assert all("--init-from" in preset_description(p) for p in INIT_FROM)
+
+
+def test_a_preset_meant_to_start_from_another_model_warns_without_init_from(tiny_dir, tmp_path, capsys):
+    assert [p for p in preset_names() if starts_from_another_model(p)] == \
+        [p for p in preset_names() if init_source(p) is not None]
+    cfg = Config.load("g_transformer_finetune_docnmt_split_small").override(TINY)
+    Trainer.from_dirs(cfg, tiny_dir / "data", tmp_path / "m", progress_bar=False, device="cpu").close()
+    assert "warning: preset g_transformer_finetune_docnmt_split_small starts from another model" in \
+        capsys.readouterr().err
+    plain = Config.load("doc2doc_small").override(TINY)
+    Trainer.from_dirs(plain, tiny_dir / "data", tmp_path / "d", progress_bar=False, device="cpu").close()
+    assert "warning" not in capsys.readouterr().err
 
 
 def train_one_update(cfg: Config, data: Path, save_dir: Path, init_from: Path | None) -> dict:

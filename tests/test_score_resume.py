@@ -98,6 +98,7 @@ def test_a_journal_of_another_scoring_is_refused_then_force_starts_again(run_cli
     monkeypatch.setattr(journal, "CHUNK_SENTENCES", CHUNK)
     err = cli_error("score", model, "--src", src, "--ref", ref, "-o", out, "-q", "--cxmi")
     assert "another scoring" in err and "--force" in err and journal.journal_path(out).exists()
+    assert "--cxmi or --precision" in err                                 # what the fingerprint holds
     seen = stop_after(monkeypatch, 100)
     assert run_cli("score", model, "--src", src, "--ref", ref, "-o", out, "-q", "--cxmi", "--force")[0] == 0
     assert sum(seen) == 8 and "cxmi_bits" in out.read_text()             # every document scored afresh
@@ -112,6 +113,11 @@ def test_ctrl_c_says_where_the_scores_are_and_stdout_keeps_no_journal(run_cli, p
     status, _, err = run_cli("score", model, "--src", src, "--ref", ref, "-o", out)
     assert status == 130 and "finished chunks of documents go to" in err
     assert "documents kept in" in err and "the same command goes on" in err and not out.exists()
+    monkeypatch.undo()
+    stop_after(monkeypatch, 0, KeyboardInterrupt)             # stopped inside the first chunk
+    status, _, err = run_cli("score", model, "--src", src, "--ref", ref, "-o", tmp_path / "first.tsv")
+    assert status == 130 and "nothing kept, the same command starts again" in err
+    assert not journal.journal_path(tmp_path / "first.tsv").exists()
     monkeypatch.undo()
     seen = stop_after(monkeypatch, 100)
     status, text, _ = run_cli("score", model, "--src", src, "--ref", ref, "-q")

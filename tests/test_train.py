@@ -18,6 +18,7 @@ from docnmt.checkpoint import (
     load_state,
     save_checkpoint,
 )
+from docnmt.config import Config
 from docnmt.errors import ConfigError, DocnmtError
 from docnmt.training import Trainer, inverse_sqrt
 
@@ -199,6 +200,24 @@ def test_resume_refuses_a_different_model(data, tmp_path):
     other = tiny_config(max_update=4).override({"model.d_model": 64})
     with pytest.raises(DocnmtError, match="different model"):
         Trainer.from_dirs(other, data, tmp_path / "m", progress_bar=False)
+
+
+@pytest.mark.slow
+def test_resume_with_other_training_settings_says_them_and_rewrites_the_config(data, tmp_path, capsys):
+    """A later --max-update or another training aid may go on from a run (config.yaml then says what
+    trained the later updates, train.log what changed); another instance format may not."""
+    Trainer.from_dirs(tiny_config("doc2doc", max_update=2), data, tmp_path / "m", progress_bar=False).train()
+    capsys.readouterr()
+    more = tiny_config("doc2doc", max_update=3, coword_dropout=0.2)
+    Trainer.from_dirs(more, data, tmp_path / "m", progress_bar=False).train()
+    said = capsys.readouterr().err
+    assert "train.coword_dropout 0.0 -> 0.2" in said and "train.max_update 2 -> 3" in said
+    assert Config.load(tmp_path / "m" / "config.yaml").train.coword_dropout == 0.2
+    assert "train.coword_dropout 0.0 -> 0.2" in (tmp_path / "m" / "train.log").read_text()
+    Trainer.from_dirs(more, data, tmp_path / "m", progress_bar=False)          # the same again: nothing to say
+    assert "resuming with settings changed" not in capsys.readouterr().err
+    with pytest.raises(DocnmtError, match=r"different model or data config \(data.context 3, not 1\)"):
+        Trainer.from_dirs(more.override({"data.context": 1}), data, tmp_path / "m", progress_bar=False)
 
 
 @pytest.mark.slow

@@ -115,6 +115,10 @@ def check(cfg) -> None:
     """Settings that only the registry can check: the data format exists, and the method's and
     switches' own requirements."""
     joiner_class(cfg.data.separator)
+    if cfg.data.context_input > 0 and not get(cfg.method_name).context_input:
+        readers = [m.name for m in METHODS.values() if m.context_input]
+        raise ConfigError(f"data.context_input {cfg.data.context_input} (--context-input): method {cfg.method_name} "
+                          f"does not read a context input (methods that do: {', '.join(readers)})")
     for ext in _hooks(cfg.method_name):
         if ext.check is not None:
             ext.check(cfg)

@@ -124,12 +124,15 @@ class Method(Hooks):
     ``options``, the dataclass of the config's ``method:`` section). ``score_alone``: the model
     looks across its batch (DocFlat), so teacher-forced scoring (contrastive suites, CXMI) keeps
     every instance to itself (:func:`docnmt.model.rows_apart`) and the service never batches two
-    requests together."""
+    requests together. ``context_input``: the network reads the context input
+    (``data.context_input``, the context-encoder Transformer); another method's config with one is
+    refused, as it would train on a context the network never sees."""
 
     name: str
     build: Callable
     options: type = NoOptions
     score_alone: bool = False
+    context_input: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,8 @@ def has_context(data) -> bool:
 
 def require_context(on: bool, data, flag: str, why: str) -> None:
     """A training aid's one-line refusal of a model whose instances carry no context (the aids'
-    ``check``): ``flag`` is on but the instances of ``data`` carry none; ``why`` ends the message."""
+    ``check``): ``flag`` (its key and flag: it may come from --set or a YAML file) is on but the
+    instances of ``data`` carry none; ``why`` ends the message."""
     from ..errors import ConfigError
     if on and not has_context(data):
         raise ConfigError(f"{flag} needs a document method (a document mode with context, or --context-input): {why}")

@@ -21,6 +21,7 @@ import torch
 
 from .. import ranges
 from ..data import pad_batch
+from ..errors import ConfigError
 from ..model import rows_apart
 from .base import Extension, Setting, require_context
 
@@ -125,8 +126,11 @@ def margin_loss(model, instances, ids: np.ndarray, margin: float, prob: float, s
 
 
 def _check(cfg) -> None:
-    require_context(cfg.train.context_margin > 0, cfg.data, "--context-margin",
+    require_context(cfg.train.context_margin > 0, cfg.data, "train.context_margin (--context-margin)",
                     "a sentence-level model has no context to swap")
+    if cfg.train.context_margin > 0 and cfg.train.context_margin_prob == 0:
+        raise ConfigError("train.context_margin_prob (--context-margin-prob) 0 gives no instance the context margin "
+                          f"{cfg.train.context_margin}: give a probability above 0, or no --context-margin")
 
 
 def _term(model, batch: dict, outputs, cfg, instances):

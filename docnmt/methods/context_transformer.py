@@ -124,5 +124,6 @@ def _check(cfg) -> None:
         raise ConfigError("a context-encoder Transformer needs data.context_input > 0 (previous sentences)")
 
 
-METHOD = Method("context_transformer", lambda cfg, opts, vocab: build(cfg, opts), ContextOptions, check=_check)
+METHOD = Method("context_transformer", lambda cfg, opts, vocab: build(cfg, opts), ContextOptions, check=_check,
+                context_input=True)
 

@@ -43,7 +43,7 @@ def _drop(batch: dict, cfg, vocab, epoch: int, seed: tuple) -> dict:
 
 
 def _check(cfg) -> None:
-    require_context(cfg.train.coword_dropout > 0, cfg.data, "--coword-dropout",
+    require_context(cfg.train.coword_dropout > 0, cfg.data, "train.coword_dropout (--coword-dropout)",
                     "a sentence-level model has no context, so it would be plain source word dropout")
 
 

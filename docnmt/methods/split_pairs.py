@@ -141,7 +141,7 @@ def with_split_pairs(corpus: Corpus, rows: np.ndarray, data, vocab, rate: float,
 
 
 def _check(cfg) -> None:
-    require_context(cfg.train.split_pairs > 0, cfg.data, "--split-pairs",
+    require_context(cfg.train.split_pairs > 0, cfg.data, "train.split_pairs (--split-pairs)",
                     "a sentence-level model would see the halves without their context")
 
 

@@ -27,6 +27,18 @@ from ..errors import DocnmtError
 from ..vocab import BaseVocab
 
 log = logging.getLogger("docnmt.training")
+FIXED_SECTIONS = ("model", "data", "method")     # a resumed run's network and instances: never changed
+
+
+def flat(d: dict, prefix: str = "") -> dict:
+    """A nested config dict as ``section.key`` -> value."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 # what a training run writes into its save directory (a directory holding only these and no
 # checkpoint is a run killed before its first checkpoint, started again by the same command)
@@ -107,12 +119,29 @@ class RunDir:
     def checkpoints(self) -> list[Path]:
         return list_checkpoints(self.path)
 
-    def check_config(self, cfg: Config) -> None:
-        """Refuse to resume a run whose model or data config differs from ``cfg``."""
-        saved, mine = Config.load(self.path / "config.yaml").to_dict(), cfg.to_dict()
-        if saved["model"] != mine["model"] or saved["data"] != mine["data"]:
-            raise DocnmtError(f"{self.path} holds a run with a different model or data config; "
-                              "use another --save-dir, or --force to start over")
+    def check_config(self, cfg: Config) -> list[str]:
+        """Refuse to resume a run whose model, data or method config differs from ``cfg`` (the
+        network and its instances); return the other settings that differ (training, decoding:
+        a resume may change them, e.g. a later ``--max-update`` or a training aid), each as
+        ``KEY OLD -> NEW``, for :meth:`resumed_with`."""
+        saved, mine = flat(Config.load(self.path / "config.yaml").to_dict()), flat(cfg.to_dict())
+        changed = [k for k in sorted(saved.keys() | mine.keys()) if k != "from_preset" and saved.get(k) != mine.get(k)]
+        fixed = [k for k in changed if k.split(".")[0] in FIXED_SECTIONS]
+        if fixed:
+            k = fixed[0]
+            raise DocnmtError(f"{self.path} holds a run with a different model or data config ({k} "
+                              f"{saved.get(k)!r}, not {mine.get(k)!r}); use another --save-dir, or --force to "
+                              "start over")
+        return [f"{k} {saved.get(k)!r} -> {mine.get(k)!r}" for k in changed]
+
+    def resumed_with(self, cfg: Config, changed: list[str]) -> str:
+        """After a resume with other training or decoding settings: ``config.yaml`` rewritten to
+        the settings the run goes on with (so it says what trained the later updates), and the
+        line that says what changed (logged, the old values kept there)."""
+        if not changed:
+            return ""
+        atomic_write(self.path / "config.yaml", cfg.dump)
+        return f"resuming with settings changed from the run's config.yaml (now rewritten): {'; '.join(changed)}"
 
     def clear(self) -> None:
         """Delete what an earlier run left (with --force, or after a start killed early): only the

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..attention import AttentionSettings
-from ..config import Config
+from ..config import Config, starts_from_another_model
 from ..errors import ConfigError
 from ..limits import memory_bytes
 from ..methods import build_model
@@ -85,15 +85,20 @@ def open_run(trainer: Trainer, force: bool, init_from: str | Path | None) -> Non
         run.claim(force)
     dist.barrier()   # every rank looks after rank 0 has checked and cleaned up, before it writes
     found = run.checkpoints()
+    message = ""
     if found and not force:
-        run.check_config(cfg)
+        changed = run.check_config(cfg)
         run.resume_newest(found, trainer.resume, say=dist.main)
+        if dist.main:
+            message = run.resumed_with(cfg, changed)
     elif dist.main:                         # with --force or after a start killed early: anew
         run.clear()
-    message = ""
     if force or not found:
         if init_from:
             message = trainer.init_from(init_from)
+        elif starts_from_another_model(cfg.preset):
+            message = (f"warning: preset {cfg.preset} starts from another model (see `docnmt presets`), but no "
+                       "--init-from was given: every weight starts random")
         if dist.main:
             run.start(cfg, trainer.vocab)
     dist.barrier()

@@ -13,6 +13,7 @@ from _tiny import DOC_METHODS, aid_trainer, history, tiny_config
 from docnmt import methods
 from docnmt.config import Config
 from docnmt.data import InstanceSet, build_instances
+from docnmt.errors import ConfigError
 from docnmt.methods.context_margin import current_labels, margin_loss, swapped, with_context
 
 
@@ -131,6 +132,8 @@ def test_the_three_aids_train_together(name, tiny_dir, tmp_path):
                      {"train.coword_dropout": 0.3, "train.split_pairs": 0.5, "train.context_margin": 0.5,
                       "train.context_margin_prob": 1.0})
     assert tr.train_set.corpus.n_docs > tr.data.train_corpus.n_docs        # the halves are there
+    assert tr.describe().endswith("1 updates, train.coword_dropout 0.3, train.split_pairs 0.5, "
+                                  "train.context_margin 0.5, train.context_margin_prob 1.0")   # the aids on, said
     batch = tr.collate(tr.epoch_batches(1)[0], 1, 0)
     term = methods.train_loss(tr.cfg, tr.model, batch, None, tr.train_set)
     assert term is not None and term.requires_grad
@@ -155,6 +158,14 @@ def test_the_trainer_adds_the_margin_to_the_loss_it_steps_on_and_logs_not_to_the
     assert on["nll_loss"] == pytest.approx(off["nll_loss"], rel=1e-6)
     assert on["loss"] > off["loss"] + 1e-4
     assert any(not torch.equal(a, b) for a, b in zip(w_off, w_on))
+
+
+def test_a_margin_no_instance_gets_is_refused_in_one_line():
+    cfg = Config.load("doc2doc_small").override({"train.context_margin": 0.5, "train.context_margin_prob": 0.0})
+    with pytest.raises(ConfigError, match=r"^train.context_margin_prob \(--context-margin-prob\) 0 gives no "):
+        methods.check(cfg)
+    methods.check(cfg.override({"train.context_margin_prob": 0.1}))
+    methods.check(cfg.override({"train.context_margin": 0.0}))          # both off: nothing to say
 
 
 def test_split_pair_instances_get_split_pair_donors_and_the_data_keeps_its_draws(tiny_corpus, tiny_vocab):

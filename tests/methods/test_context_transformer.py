@@ -187,6 +187,10 @@ def test_errors_say_what_is_needed():
     with pytest.raises(ConfigError, match=r"^a context-encoder Transformer needs data.context_input > 0 \(previous"):
         methods.check(cfg)
     methods.check(cfg.override({"data.context_input": 1}))
+    for other in ("sent2sent", "doc2sent"):     # a network that never reads the context input: refused
+        with pytest.raises(ConfigError, match=r"data.context_input 2 \(--context-input\): method transformer does "
+                                              r"not read a context input \(methods that do: context_transformer\)"):
+            methods.check(tiny_config(other).override({"data.context_input": 2}))
 
 
 @pytest.mark.slow

@@ -5,6 +5,8 @@ without context, and one update of every document method with it on. Each test f
 switched off."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -129,15 +131,18 @@ def test_the_halves_join_the_training_instances_only_when_asked(rule, tiny_corpu
 def test_every_aid_refuses_a_sentence_level_model_in_one_line(flag, value, tiny_dir, tmp_path, cli_error):
     """(The context margin's and CoWord dropout's refusals too: docs/methods/context_margin.md,
     coword_dropout.md.)"""
+    key = f"train.{flag[2:].replace('-', '_')}"
+    said = f"{key} ({flag}) needs a document method"          # set by the flag, --set or a YAML file
     line = cli_error("train", tiny_dir / "data", "--save-dir", tmp_path / "m", "--arch", "transformer_tiny",
                      flag, value)
-    assert f"{flag} needs a document method" in line
-    with pytest.raises(ConfigError, match=f"{flag} needs a document method"):
-        methods.check(Config.load("transformer_small").override({f"train.{flag[2:].replace('-', '_')}": 0.3}))
+    assert said in line
+    assert said in cli_error("train", tiny_dir / "data", "--save-dir", tmp_path / "m", "--arch", "transformer_tiny",
+                             "--set", f"{key}={value}")
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        methods.check(Config.load("transformer_small").override({key: 0.3}))
     assert not (tmp_path / "m").exists()
-    key = f"train.{flag[2:].replace('-', '_')}"
     for preset in ("doc2sent_small", "docflat_small"):       # a document mode with no context sentence
-        with pytest.raises(ConfigError, match=f"{flag} needs a document method"):
+        with pytest.raises(ConfigError, match=re.escape(said)):
             methods.check(Config.load(preset).override({key: 0.3, "data.context": 0}))
         methods.check(Config.load(preset).override({key: 0.3, "data.context": 1}))
     methods.check(Config.load("doc2doc_small").override({key: 0.3, "data.context": 0}))    # whole documents
