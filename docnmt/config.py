@@ -323,18 +323,6 @@ def preset_description(name: str) -> str:
     return " ".join(w for w in lines if w)
 
 
-def starts_from_another_model(name: str) -> bool:
-    """Whether preset ``name`` (or a preset it is built on) is meant to start from another model:
-    its description says ``--init-from``."""
-    seen = set()
-    while name and name not in seen and (PRESET_DIR / f"{name}.yaml").exists():
-        if "--init-from" in preset_description(name):
-            return True
-        seen.add(name)
-        name = (yaml.safe_load((PRESET_DIR / f"{name}.yaml").read_text()) or {}).get("preset")
-    return False
-
-
 def load_preset_dict(name: str, _seen: tuple = ()) -> dict:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"preset must be the name of a preset, not {name!r}")

@@ -37,11 +37,12 @@ import yaml
 from _tiny import assert_incremental_equals_full, chat_documents, tiny_corpus_files
 from docnmt import methods
 from docnmt.checkpoint import WEIGHTS, save_weights
-from docnmt.config import PRESET_DIR, Config, preset_description, preset_names, starts_from_another_model
+from docnmt.config import PRESET_DIR, Config, preset_description, preset_names
 from docnmt.data import Corpus, InstanceSet, build_instances, model_inputs
 from docnmt.model import rows_apart
 from docnmt.prepare import prepare
 from docnmt.training import Trainer
+from docnmt.training.setup import starts_from_another_model
 from docnmt.translate import Translator
 from docnmt.vocab import Vocab
 

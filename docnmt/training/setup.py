@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from ..attention import AttentionSettings
-from ..config import Config, starts_from_another_model
+from ..config import PRESET_DIR, Config, preset_description
 from ..errors import ConfigError
 from ..limits import memory_bytes
 from ..methods import build_model
@@ -129,3 +130,15 @@ def build_trainable_model(cfg: Config, vocab: BaseVocab, device: torch.device) -
             raise
         raise ConfigError(f"the model (over {n:,} parameters) does not fit in memory: "
                           f"{str(e).splitlines()[0]}") from None
+
+
+def starts_from_another_model(name: str) -> bool:
+    """Whether preset ``name`` (or a preset it is built on) is meant to start from another model:
+    its description says ``--init-from``."""
+    seen = set()
+    while name and name not in seen and (PRESET_DIR / f"{name}.yaml").exists():
+        if "--init-from" in preset_description(name):
+            return True
+        seen.add(name)
+        name = (yaml.safe_load((PRESET_DIR / f"{name}.yaml").read_text()) or {}).get("preset")
+    return False

@@ -54,6 +54,13 @@ from .validation import best_value, validate, validation_line
 log = logging.getLogger("docnmt.training")
 
 
+
+def aids_on(tc) -> str:
+    """The extensions' training settings not at their defaults (the training aids on), as
+    ``", train.split_pairs 0.3"`` for the run's first line."""
+    return "".join(f", {s.key} {getattr(tc, s.key[6:])}" for s in methods.settings()
+                   if s.key.startswith("train.") and getattr(tc, s.key[6:]) != s.default)
+
 class Trainer:
     def __init__(self, cfg: Config, model: torch.nn.Module, data: TrainingData, run: RunDir,
                  dist: Distributed | None = None, device: torch.device | str = "cpu", progress_bar: bool = True):
@@ -101,8 +108,7 @@ class Trainer:
 
     def describe(self) -> str:
         """One line saying what this run is about to do: method and mode, device, threads,
-        precision, model size, data sizes, updates, and the extensions' training settings that
-        are not at their defaults (the training aids on)."""
+        precision, model size, data sizes, updates, and the training aids on (:func:`aids_on`)."""
         tc = self.cfg.train
         params = sum(p.numel() for p in self.model.parameters())
         precision = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype]
@@ -111,9 +117,7 @@ class Trainer:
         return (f"{self.cfg.method_name} ({self.cfg.data.mode}) on {self.device}{ranks} "
                 f"({torch.get_num_threads()} threads), {precision}, {params / 1e6:.2f}M parameters, "
                 f"{len(self.train_set.rows):,} training instances{valid}, "
-                + (f"{tc.max_update:,} updates" if tc.max_update > 0 else f"{tc.max_epoch} epochs")
-                + "".join(f", {s.key} {getattr(tc, s.key[6:])}" for s in methods.settings()
-                          if s.key.startswith("train.") and getattr(tc, s.key[6:]) != s.default))
+                + (f"{tc.max_update:,} updates" if tc.max_update > 0 else f"{tc.max_epoch} epochs") + aids_on(tc))
 
     def close(self) -> None:
         """Release the save directory and its log (also done when training ends or fails)."""
