@@ -19,6 +19,20 @@ def test_evaluate_warns_loudly_when_most_documents_have_mismatched_sentence_coun
     assert status == 0 and "WARNING" not in err and "warning" not in json.loads((tmp_path / "r2.json").read_text())
 
 
+def test_presets_name_prints_its_description_and_every_value_it_sets(run_cli, cli_error):
+    import yaml
+
+    from docnmt.config import Config, preset_description
+    name = "g_transformer_finetune_docnmt_split_small"
+    status, out, _ = run_cli("presets", name)
+    head = [line[2:] for line in out.splitlines() if line.startswith("# ")]
+    assert status == 0 and " ".join(head) == preset_description(name)
+    assert yaml.safe_load(out) == Config.load(name).to_dict()          # the resolved config, parents included
+    assert yaml.safe_load(out)["train"]["split_pairs"] == 0.3 and yaml.safe_load(out)["train"]["lr"] == 4e-4
+    said = cli_error("presets", "g_transformer_finetune_docnmt_smal")
+    assert "did you mean 'g_transformer_finetune_docnmt_small'" in said
+
+
 def test_presets_prints_whole_descriptions_in_aligned_columns(run_cli, monkeypatch):
     from docnmt.config import preset_description, preset_names
     monkeypatch.setenv("COLUMNS", "100")

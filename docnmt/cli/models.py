@@ -60,15 +60,26 @@ def cmd_quickstart(args) -> int:
 
 
 def add_presets(sub) -> None:
-    add_verb(sub, "presets", "list the named presets")
+    p = add_verb(sub, "presets", "list the named presets, or show one: its description and every value it sets")
+    p.add_argument("name", nargs="?", help="a preset: its description, then its whole config as config.yaml "
+                                           "would hold it (the values a training with --arch NAME starts from)")
 
 
 def cmd_presets(args) -> int:
-    """Each preset's name, then its whole description wrapped to the terminal in a second column."""
+    """Each preset's name, then its whole description wrapped to the terminal in a second column;
+    with a name, that preset's description and resolved config."""
     import shutil
     import textwrap
 
-    from ..config import preset_description, preset_names
+    import yaml
+
+    from ..config import Config, load_preset_dict, preset_description, preset_names
+    if args.name:
+        load_preset_dict(args.name)          # an unknown name: one line, with the nearest preset
+        cfg = Config.load(args.name)
+        print("\n".join(f"# {line}" for line in textwrap.wrap(preset_description(args.name), 98)))
+        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        return 0
     names = preset_names()
     width = max(map(len, names)) + 2
     text_width = max(40, shutil.get_terminal_size((110, 24)).columns - width)
