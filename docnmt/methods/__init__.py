@@ -94,8 +94,9 @@ def settings() -> tuple[Setting, ...]:
 
 def cli_flags(decoding: bool) -> dict:
     """The extensions' flags in the CLI's table form ``flag -> (key, type, help, group)``: the
-    decode settings' (``decoding``) or the model, data and train settings' (``docnmt train``)."""
-    return {s.flag: (s.key, s.type, s.help, s.group) for s in settings()
+    decode settings' (``decoding``) or the model, data and train settings' (``docnmt train``); a
+    setting's allowed values (its ``limit``) end its help."""
+    return {s.flag: (s.key, s.type, s.help + (f"; {s.limit[1]}" if s.limit else ""), s.group) for s in settings()
             if s.flag and (s.section == "decode") == decoding}
 
 

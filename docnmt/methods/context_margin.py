@@ -146,6 +146,6 @@ EXTENSION = Extension(name="context_margin", train_loss=_term, check=_check, set
     Setting("train.context_margin", 0.0, "margin M of the hinge max(0, M - (log p(y|context) - log p(y|another "
             "document's context))) on the current sentence, in nats (0 = off; context margin loss)",
             "--context-margin", limit=ranges.FINITE_AT_LEAST_0),
-    Setting("train.context_margin_prob", 0.5, "P(a training instance gets the context margin term)",
+    Setting("train.context_margin_prob", 0.5, "with --context-margin, P(a training instance gets the margin term)",
             "--context-margin-prob", limit=(lambda v: 0 <= v <= 1, "in [0, 1]")),
 ))

@@ -156,7 +156,7 @@ EXTENSION = Extension(name="split_pairs", training_data=_extend, check=_check, s
     Setting("train.split_pairs", 0.0, "P(a training sentence pair is also added, cut in two, as a two-sentence "
             "document: first half as the second's context), drawn anew each epoch (split-pair training)",
             "--split-pairs", limit=ranges.PROBABILITY),
-    Setting("train.split_rule", "middle", "where split-pair training cuts the target: middle (the word boundary at "
+    Setting("train.split_rule", "middle", "with --split-pairs, where it cuts the target: middle (the word boundary at "
             "the source cut's proportional position) or anchored (the one the fewest shared numbers, names and "
             "punctuation marks cross, so that the halves correspond)", "--split-rule", limit=ranges.one_of(RULES)),
 ))
