@@ -89,6 +89,9 @@ def settings() -> tuple[Setting, ...]:
             if s.key in out:
                 raise ConfigError(f"setting {s.key} declared twice ({ext.name} and another extension)")
             out[s.key] = s
+    for s in out.values():
+        if s.needs and s.needs not in out:
+            raise ConfigError(f"setting {s.key} needs {s.needs}, which no extension declares")
     return tuple(out.values())
 
 

@@ -45,7 +45,9 @@ class Setting:
     with ``help`` beside it and, for training, in help group ``group``. ``limit`` is an
     ``(ok, allowed)`` pair: ``ok(value)`` false is a config error "must be {allowed}".
     ``service``: a decode setting is also a request option of ``docnmt serve`` (not for settings
-    that name files on the server)."""
+    that name files on the server). ``needs``: the key of the setting this one qualifies
+    (``train.split_rule`` needs ``train.split_pairs``); it acts only while that one is away from
+    its default, and the run's first line leaves it out otherwise."""
 
     key: str
     default: Any
@@ -54,6 +56,7 @@ class Setting:
     group: str = "methods"
     limit: tuple | None = None
     service: bool = True
+    needs: str = ""
 
     def __post_init__(self):
         section, _, name = self.key.partition(".")

@@ -147,5 +147,6 @@ EXTENSION = Extension(name="context_margin", train_loss=_term, check=_check, set
             "document's context))) on the current sentence, in nats (0 = off; context margin loss)",
             "--context-margin", limit=ranges.FINITE_AT_LEAST_0),
     Setting("train.context_margin_prob", 0.5, "with --context-margin, P(a training instance gets the margin term)",
-            "--context-margin-prob", limit=(lambda v: 0 <= v <= 1, "in [0, 1]")),
+            "--context-margin-prob", limit=(lambda v: 0 <= v <= 1, "in [0, 1]"),
+            needs="train.context_margin"),
 ))

@@ -23,6 +23,7 @@ import numpy as np
 from .. import ranges
 from ..data import Corpus, Side, build_instances
 from ..data.instances import train_documents
+from ..errors import ConfigError
 from .base import Extension, Setting, require_context
 
 
@@ -143,6 +144,9 @@ def with_split_pairs(corpus: Corpus, rows: np.ndarray, data, vocab, rate: float,
 def _check(cfg) -> None:
     require_context(cfg.train.split_pairs > 0, cfg.data, "train.split_pairs (--split-pairs)",
                     "a sentence-level model would see the halves without their context")
+    if cfg.train.split_rule != "middle" and cfg.train.split_pairs == 0:
+        raise ConfigError(f"train.split_rule (--split-rule) {cfg.train.split_rule} cuts split pairs, and there are "
+                          "none: add --split-pairs P (P > 0), or leave the rule out")
 
 
 def _extend(corpus, rows, cfg, vocab, epoch: int, seed: int):
@@ -158,5 +162,6 @@ EXTENSION = Extension(name="split_pairs", training_data=_extend, check=_check, s
             "--split-pairs", limit=ranges.PROBABILITY),
     Setting("train.split_rule", "middle", "with --split-pairs, where it cuts the target: middle (the word boundary at "
             "the source cut's proportional position) or anchored (the one the fewest shared numbers, names and "
-            "punctuation marks cross, so that the halves correspond)", "--split-rule", limit=ranges.one_of(RULES)),
+            "punctuation marks cross, so that the halves correspond)", "--split-rule", limit=ranges.one_of(RULES),
+            needs="train.split_pairs"),
 ))

@@ -38,5 +38,5 @@ EXTENSION = Extension(name="word_dropout", train_batch=_drop_words, settings=(
     Setting("train.word_dropout", 0.0, "P(word -> <mask>) on source and decoder input", "--word-dropout",
             limit=ranges.PROBABILITY),
     Setting("train.word_dropout_epochs", 0, "word dropout in epochs 1..N only (0 = all)", "--word-dropout-epochs",
-            limit=ranges.AT_LEAST_0),
+            limit=ranges.AT_LEAST_0, needs="train.word_dropout"),
 ))

@@ -57,9 +57,12 @@ log = logging.getLogger("docnmt.training")
 
 def aids_on(tc) -> str:
     """The extensions' training settings not at their defaults (the training aids on), as
-    ``", train.split_pairs 0.3"`` for the run's first line."""
-    return "".join(f", {s.key} {getattr(tc, s.key[6:])}" for s in methods.settings()
-                   if s.key.startswith("train.") and getattr(tc, s.key[6:]) != s.default)
+    ``", train.split_pairs 0.3"`` for the run's first line; a setting that qualifies another
+    (``Setting.needs``) only while that one is on."""
+    found = {s.key: s for s in methods.settings() if s.key.startswith("train.")}
+    on = {k: getattr(tc, k[6:]) != s.default for k, s in found.items()}
+    return "".join(f", {k} {getattr(tc, k[6:])}" for k, s in found.items()
+                   if on[k] and (not s.needs or on.get(s.needs, True)))
 
 class Trainer:
     def __init__(self, cfg: Config, model: torch.nn.Module, data: TrainingData, run: RunDir,

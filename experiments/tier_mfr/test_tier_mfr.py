@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file, save_file
 
 HERE = Path(__file__).resolve().parent
@@ -621,3 +622,18 @@ def test_the_queue_runs_the_best_pair_once_the_single_aids_are_scored(tmp_path):
     (tmp_path / "gt_margin" / "hansard_all.json").write_text(json.dumps({"accuracy": 0.85}))
     assert pick("gt_best_pair").stdout.strip() == "gt_split_margin"
     assert pick("gt_margin").stdout.strip() == "gt_margin"
+
+
+@pytest.mark.parametrize("preset,run", [("g_transformer_finetune_docnmt_split_small", "gt_split"),
+                                        ("g_transformer_finetune_docnmt_split_margin_small", "gt_split_margin")])
+def test_a_preset_shipped_from_an_aid_run_trains_what_the_run_trained(preset, run):
+    """The aids' presets are the kept runs' recipes: every model, data and method setting and every
+    training setting but where the queue logs and saves (the vocabulary's size comes from the data)."""
+    from docnmt.config import Config
+    kept = yaml.safe_load((HERE / "results" / run / "config.yaml").read_text())
+    mine = Config.load(preset).to_dict()
+    queue_only = {"validate_interval_updates", "save_interval_updates"}
+    for section in ("model", "data", "method", "train"):
+        theirs = {k: v for k, v in kept[section].items() if k not in {"vocab_size", "pad_id", *queue_only}}
+        ours = {k: mine[section][k] for k in theirs if k in mine[section]}
+        assert ours == theirs, f"{preset} {section}"

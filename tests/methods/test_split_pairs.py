@@ -156,3 +156,26 @@ def test_one_update_with_every_document_method(name, tiny_dir, tmp_path):
     assert tr.train_set.corpus.n_docs > base.n_docs and tr.train_set.rows[:, 0].max() >= base.n_sents
     tr.train()
     assert tr.progress.updates == 1
+
+
+def test_a_split_rule_without_split_pairs_is_refused_in_one_line():
+    """``--split-rule anchored`` alone would train as if it were not there."""
+    cfg = Config.load("doc2doc_small").override({"train.split_rule": "anchored"})
+    with pytest.raises(ConfigError, match=r"^train.split_rule \(--split-rule\) anchored cuts split pairs, and there "
+                                          r"are none: add --split-pairs"):
+        methods.check(cfg)
+    methods.check(cfg.override({"train.split_pairs": 0.3}))
+    methods.check(cfg.override({"train.split_rule": "middle"}))          # the default, saying nothing
+
+
+def test_the_first_line_names_a_qualifying_setting_only_with_the_one_it_qualifies():
+    """The paper's G-Transformer presets set word dropout's epochs; with ``--word-dropout 0`` that
+    setting does nothing and the run's first line leaves it out (``Setting.needs``)."""
+    from docnmt.training.trainer import aids_on
+    tc = Config.load("g_transformer_finetune_small").override({"train.word_dropout": 0.0}).train
+    assert tc.word_dropout_epochs > 0 and "word_dropout_epochs" not in aids_on(tc)
+    on = Config.load("g_transformer_finetune_small").override({"train.word_dropout": 0.1}).train
+    assert aids_on(on).endswith(f"train.word_dropout 0.1, train.word_dropout_epochs {on.word_dropout_epochs}")
+    both_off = Config.load("doc2doc_small").override({"train.context_margin_prob": 0.0}).train
+    assert aids_on(both_off) == ""
+    assert aids_on(Config.load("doc2doc_small").override({"train.split_pairs": 0.3}).train) == ", train.split_pairs 0.3"

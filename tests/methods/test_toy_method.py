@@ -173,6 +173,16 @@ def test_a_switch_brings_its_settings_and_flags(switches):
     assert "--forbid-token" not in verbs["train"].format_help().split("--valid-bleu")[0]   # decoding verbs only
 
 
+def test_a_setting_that_qualifies_one_no_extension_declares_is_refused(monkeypatch):
+    """``Setting.needs`` names another setting; a typo there is the registry's error, not silence."""
+    typo = Extension(name="typo", settings=(
+        Setting("decode.forbid_token", -1, "never generate this token id (-1 = off)", "--forbid-token",
+                needs="decode.forbid_tokn"),))
+    monkeypatch.setitem(methods.EXTENSIONS, typo.name, typo)
+    with pytest.raises(ConfigError, match="decode.forbid_token needs decode.forbid_tokn, which no extension declares"):
+        methods.settings()
+
+
 def test_an_unregistered_switch_is_unknown():
     with pytest.raises(ConfigError, match="unknown key 'forbid_token'"):
         Config.load("transformer_tiny").override({"decode.forbid_token": 7})
